@@ -1,0 +1,351 @@
+//! The dashboard: one page served on the agent's HTTP listener next to
+//! `/metrics` (`metrics.listen` in `broker.toml`). It shows the fleet by
+//! district and profile with usage, the operations in flight with their
+//! evacuation progress, the recent decisions and each group's latest
+//! explanation, and the exhausted groups; it refreshes itself every second.
+//!
+//! The page is self-contained: its HTML, CSS and JavaScript are embedded in
+//! the binary (no CDN, no external font), and a Content-Security-Policy
+//! keeps it to its own origin. The JavaScript builds the page with
+//! `textContent` only, so names and reasons coming from the bus are never
+//! interpreted as markup.
+//!
+//! Routes:
+//! - `GET /` (and `/dashboard`): the page;
+//! - `GET /dashboard.css`, `GET /dashboard.js`: its style and script;
+//! - `GET /api/dashboard`: everything the page shows, as one JSON
+//!   [`Snapshot`] (also handy for `curl`).
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use axum::Router;
+use axum::http::header;
+use axum::response::IntoResponse;
+use axum::routing::get;
+use chrono::{DateTime, Utc};
+use gearshift_proto::msg::{Decision, Explanation};
+use serde::Serialize;
+use tokio::sync::{broadcast, watch};
+use tokio_util::sync::CancellationToken;
+
+use crate::agent::{Agent, Observed, VERSION};
+use crate::status::Status;
+
+const INDEX_HTML: &str = include_str!("index.html");
+const DASHBOARD_CSS: &str = include_str!("dashboard.css");
+const DASHBOARD_JS: &str = include_str!("dashboard.js");
+
+/// Decisions kept for the page.
+pub const RECENT_DECISIONS: usize = 100;
+
+/// One decision with the time the dashboard saw it.
+#[derive(Debug, Clone, Serialize)]
+pub struct DecisionEntry {
+    /// When it was published.
+    pub at: DateTime<Utc>,
+    /// The decision.
+    pub decision: Decision,
+}
+
+/// A group the cloud has no capacity for.
+#[derive(Debug, Clone, Serialize)]
+pub struct ExhaustedGroup {
+    /// District.
+    pub district: String,
+    /// Profile.
+    pub profile: String,
+    /// Since when and what the cloud said.
+    pub detail: String,
+}
+
+/// Everything the page shows.
+#[derive(Debug, Clone, Serialize)]
+pub struct Snapshot {
+    /// The agent's name.
+    pub agent: String,
+    /// The agent's version.
+    pub version: &'static str,
+    /// When this snapshot was taken.
+    pub at: DateTime<Utc>,
+    /// When the dashboard started.
+    pub since: DateTime<Utc>,
+    /// The broker agent's status (fleet, groups, nodes, operations).
+    pub status: Status,
+    /// Recent decisions, newest first.
+    pub decisions: Vec<DecisionEntry>,
+    /// The latest explanation of each group.
+    pub explanations: Vec<Explanation>,
+    /// Exhausted groups.
+    pub exhausted: Vec<ExhaustedGroup>,
+}
+
+struct Shared {
+    agent: String,
+    since: DateTime<Utc>,
+    status: watch::Receiver<Arc<Status>>,
+    decisions: Mutex<VecDeque<DecisionEntry>>,
+    explanations: Mutex<BTreeMap<(String, String), Explanation>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The dashboard of one broker agent: collects decisions and explanations
+/// as they are published and serves the page.
+#[derive(Clone)]
+pub struct Dashboard {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for Dashboard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Dashboard")
+            .field("agent", &self.shared.agent)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Dashboard {
+    /// Watches `agent` (call before [`Agent::run`]) until `token` is cancelled.
+    pub fn spawn(agent: &Agent, name: impl Into<String>, token: CancellationToken) -> Dashboard {
+        Dashboard::from_parts(agent.status(), agent.observe(), name, token)
+    }
+
+    /// Watches a status channel and a decision stream until `token` is cancelled.
+    pub fn from_parts(
+        status: watch::Receiver<Arc<Status>>,
+        mut observed: broadcast::Receiver<Observed>,
+        name: impl Into<String>,
+        token: CancellationToken,
+    ) -> Dashboard {
+        let shared = Arc::new(Shared {
+            agent: name.into(),
+            since: Utc::now(),
+            status,
+            decisions: Mutex::new(VecDeque::with_capacity(RECENT_DECISIONS)),
+            explanations: Mutex::default(),
+        });
+        let s = shared.clone();
+        tokio::spawn(async move {
+            loop {
+                let o = tokio::select! {
+                    _ = token.cancelled() => return,
+                    o = observed.recv() => o,
+                };
+                match o {
+                    Ok(Observed::Decision(d)) => {
+                        let mut q = lock(&s.decisions);
+                        if q.len() == RECENT_DECISIONS {
+                            q.pop_back();
+                        }
+                        q.push_front(DecisionEntry {
+                            at: Utc::now(),
+                            decision: d,
+                        });
+                    }
+                    Ok(Observed::Explanation(x)) => {
+                        lock(&s.explanations).insert((x.district.clone(), x.profile.clone()), x);
+                    }
+                    Err(broadcast::error::RecvError::Lagged(n)) => {
+                        tracing::debug!(missed = n, "dashboard fell behind the decisions");
+                    }
+                    Err(broadcast::error::RecvError::Closed) => return,
+                }
+            }
+        });
+        Dashboard { shared }
+    }
+
+    /// What the page shows, now.
+    pub fn snapshot(&self) -> Snapshot {
+        let status: Status = (**self.shared.status.borrow()).clone();
+        let exhausted = status
+            .groups
+            .iter()
+            .filter_map(|g| {
+                g.exhausted.as_ref().map(|e| ExhaustedGroup {
+                    district: g.district.clone(),
+                    profile: g.profile.clone(),
+                    detail: e.clone(),
+                })
+            })
+            .collect();
+        Snapshot {
+            agent: self.shared.agent.clone(),
+            version: VERSION,
+            at: Utc::now(),
+            since: self.shared.since,
+            decisions: lock(&self.shared.decisions).iter().cloned().collect(),
+            explanations: lock(&self.shared.explanations).values().cloned().collect(),
+            exhausted,
+            status,
+        }
+    }
+
+    /// The page's routes, to merge with the metrics router.
+    pub fn router(&self) -> Router {
+        let d = self.clone();
+        let page = || async {
+            (
+                [
+                    (header::CONTENT_TYPE, "text/html; charset=utf-8"),
+                    (header::CACHE_CONTROL, "no-cache"),
+                    (
+                        header::CONTENT_SECURITY_POLICY,
+                        "default-src 'self'; img-src 'self' data:; base-uri 'none'; frame-ancestors 'none'",
+                    ),
+                ],
+                INDEX_HTML,
+            )
+        };
+        Router::new()
+            .route("/", get(page))
+            .route("/dashboard", get(page))
+            .route(
+                "/dashboard.css",
+                get(|| async {
+                    (
+                        [(header::CONTENT_TYPE, "text/css; charset=utf-8")],
+                        DASHBOARD_CSS,
+                    )
+                }),
+            )
+            .route(
+                "/dashboard.js",
+                get(|| async {
+                    (
+                        [(header::CONTENT_TYPE, "text/javascript; charset=utf-8")],
+                        DASHBOARD_JS,
+                    )
+                }),
+            )
+            .route(
+                "/api/dashboard",
+                get(move || {
+                    let d = d.clone();
+                    async move {
+                        (
+                            [(header::CACHE_CONTROL, "no-store")],
+                            axum::Json(d.snapshot()),
+                        )
+                            .into_response()
+                    }
+                }),
+            )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gearshift_proto::msg::{DecisionKind, GroupStats, Outcome};
+
+    fn decision(i: usize) -> Decision {
+        Decision {
+            decision: DecisionKind::ScaleUp,
+            district: "d".into(),
+            profile: "small".into(),
+            op: Some(format!("op-{i}")),
+            node: None,
+            reason: "because".into(),
+            handler: None,
+            stats: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn keeps_recent_decisions_and_the_latest_explanation_per_group() {
+        let (_stx, srx) = watch::channel(Arc::new(Status::default()));
+        let (otx, orx) = broadcast::channel(1024);
+        let token = CancellationToken::new();
+        let d = Dashboard::from_parts(srx, orx, "b", token.clone());
+        for i in 0..RECENT_DECISIONS + 5 {
+            otx.send(Observed::Decision(decision(i))).unwrap();
+        }
+        for s in ["first", "second"] {
+            otx.send(Observed::Explanation(Explanation {
+                district: "d".into(),
+                profile: "small".into(),
+                evaluated_at: Utc::now(),
+                outcome: Outcome::None,
+                summary: s.into(),
+                reasons: vec![],
+                stats: GroupStats::default(),
+                ops_in_flight: vec![],
+            }))
+            .unwrap();
+        }
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
+        loop {
+            let s = d.snapshot();
+            if s.explanations
+                .first()
+                .is_some_and(|x| x.summary == "second")
+            {
+                assert_eq!(s.decisions.len(), RECENT_DECISIONS);
+                let newest = format!("op-{}", RECENT_DECISIONS + 4);
+                assert_eq!(s.decisions[0].decision.op.as_deref(), Some(newest.as_str()));
+                assert_eq!(s.explanations.len(), 1);
+                break;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "collector too slow");
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        token.cancel();
+    }
+
+    #[tokio::test]
+    async fn serves_the_page_its_assets_and_the_snapshot() {
+        let (_stx, srx) = watch::channel(Arc::new(Status::default()));
+        let (_otx, orx) = broadcast::channel(16);
+        let token = CancellationToken::new();
+        let d = Dashboard::from_parts(srx, orx, "broker-x", token.clone());
+        let (addr, _task) = gearshift_service::http::serve(
+            "127.0.0.1:0".parse().unwrap(),
+            d.router(),
+            token.clone(),
+        )
+        .await
+        .unwrap();
+        let get = |path: &str| {
+            let path = path.to_string();
+            async move {
+                use tokio::io::{AsyncReadExt, AsyncWriteExt};
+                let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+                s.write_all(
+                    format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                        .as_bytes(),
+                )
+                .await
+                .unwrap();
+                let mut out = String::new();
+                s.read_to_string(&mut out).await.unwrap();
+                out
+            }
+        };
+        let page = get("/").await;
+        assert!(page.starts_with("HTTP/1.1 200"), "{page}");
+        assert!(
+            page.to_ascii_lowercase()
+                .contains("content-security-policy")
+        );
+        assert!(page.contains("dashboard.js"));
+        assert!(
+            !page.contains("http://") && !page.contains("https://"),
+            "no external resources"
+        );
+        assert!(get("/dashboard.js").await.contains("api/dashboard"));
+        assert!(get("/dashboard.css").await.starts_with("HTTP/1.1 200"));
+        let api = get("/api/dashboard").await;
+        let body = &api[api.find("\r\n\r\n").unwrap() + 4..];
+        // Chunked or not, the JSON object is in there.
+        let start = body.find('{').unwrap();
+        let end = body.rfind('}').unwrap();
+        let v: serde_json::Value = serde_json::from_str(&body[start..=end]).unwrap();
+        assert_eq!(v["agent"], "broker-x");
+        assert!(v["status"]["groups"].is_array());
+        token.cancel();
+    }
+}

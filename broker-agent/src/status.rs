@@ -1,0 +1,353 @@
+//! The status report: what `gearshift-broker status` prints, what the
+//! admin reply carries, and what an embedding program (the demo) watches.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+
+use chrono::{DateTime, Utc};
+use gearshift_proto::msg::GroupStats;
+use serde::{Deserialize, Serialize};
+
+use crate::core::Core;
+use crate::ops::{DrainProgress, OpBody};
+
+/// Figures of one node group.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GroupStatus {
+    /// District.
+    pub district: String,
+    /// Profile.
+    pub profile: String,
+    /// Handler name.
+    pub handler: String,
+    /// min_nodes.
+    pub min_nodes: u32,
+    /// max_nodes.
+    pub max_nodes: u32,
+    /// The `oo-stats` figures.
+    pub stats: GroupStats,
+    /// Exhausted since, with the cloud's reason.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exhausted: Option<String>,
+    /// No scale-up before this.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backoff_until: Option<DateTime<Utc>>,
+}
+
+/// Figures of one profile.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProfileStatus {
+    /// Profile.
+    pub profile: String,
+    /// The `oo-stats` figures summed over its districts.
+    pub stats: GroupStats,
+}
+
+/// One operation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OpStatus {
+    /// Operation id.
+    pub id: String,
+    /// `scale_up` or `scale_down`.
+    pub kind: String,
+    /// District.
+    pub district: String,
+    /// Profile.
+    pub profile: String,
+    /// Node, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+    /// Current state.
+    pub state: String,
+    /// Whether it ended.
+    pub done: bool,
+    /// Why it started.
+    pub reason: String,
+    /// Started.
+    pub created: DateTime<Utc>,
+    /// Last change.
+    pub updated: DateTime<Utc>,
+    /// Evacuation progress (scale-down).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress: Option<DrainProgress>,
+}
+
+/// One node.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodeStatus {
+    /// Name.
+    pub node: String,
+    /// District.
+    pub district: String,
+    /// Profile.
+    pub profile: String,
+    /// Accepts gears.
+    pub active: bool,
+    /// Reporting recently.
+    pub fresh: bool,
+    /// Active gears.
+    pub gears_active: u32,
+    /// All gears.
+    pub gears_total: u32,
+    /// max_active_gears.
+    pub max_active_gears: u32,
+    /// Operator or report do-not-disrupt.
+    pub do_not_disrupt: bool,
+    /// Last report received.
+    pub last_report: DateTime<Utc>,
+}
+
+/// The whole status.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Status {
+    /// The agent's name.
+    pub agent: String,
+    /// When this was taken.
+    pub at: Option<DateTime<Utc>>,
+    /// The stale-node breaker is open (no scaling).
+    pub breaker_open: bool,
+    /// Per profile.
+    pub profiles: Vec<ProfileStatus>,
+    /// Per group.
+    pub groups: Vec<GroupStatus>,
+    /// Per node.
+    pub nodes: Vec<NodeStatus>,
+    /// Operations in flight, then the most recent finished ones.
+    pub ops: Vec<OpStatus>,
+    /// Refused messages by reason.
+    pub refused: BTreeMap<String, u64>,
+}
+
+impl Status {
+    /// A snapshot of `core` at `now`.
+    pub fn of(
+        core: &Core,
+        agent: &str,
+        now: DateTime<Utc>,
+        refused: &BTreeMap<String, u64>,
+    ) -> Status {
+        let cfg = core.config();
+        let intervals = cfg.policy.stale_after_intervals;
+        let mut groups: Vec<_> = core.fleet().groups();
+        for g in cfg.configured_groups() {
+            if !groups.contains(&g) {
+                groups.push(g);
+            }
+        }
+        groups.sort();
+        let groups = groups
+            .into_iter()
+            .map(|g| {
+                let s = cfg.group(&g);
+                let st = core.group_state(&g);
+                GroupStatus {
+                    district: g.district.clone(),
+                    profile: g.profile.clone(),
+                    handler: s.handler,
+                    min_nodes: s.min_nodes,
+                    max_nodes: s.max_nodes,
+                    stats: core.group_stats(&g, now),
+                    exhausted: st.exhausted.map(|e| {
+                        format!(
+                            "since {}: {}",
+                            e.since.format("%Y-%m-%d %H:%M:%S"),
+                            e.reason
+                        )
+                    }),
+                    backoff_until: st.backoff_until.filter(|t| *t > now),
+                }
+            })
+            .collect();
+        let profiles = core
+            .fleet()
+            .profiles()
+            .into_iter()
+            .map(|p| ProfileStatus {
+                stats: core.profile_stats(&p, now),
+                profile: p,
+            })
+            .collect();
+        let nodes = core
+            .fleet()
+            .nodes()
+            .map(|e| {
+                let g = e.group();
+                NodeStatus {
+                    node: e.report.node.clone(),
+                    district: g.district,
+                    profile: g.profile,
+                    active: e.report.active,
+                    fresh: e.is_fresh(now, intervals),
+                    gears_active: e.active_gears(),
+                    gears_total: e.total_gears(),
+                    max_active_gears: e.report.max_active_gears,
+                    do_not_disrupt: e.report.do_not_disrupt
+                        || core.marks().contains(&e.report.node),
+                    last_report: e.received,
+                }
+            })
+            .collect();
+        let mut ops: Vec<OpStatus> = core
+            .ops()
+            .map(|o| OpStatus {
+                id: o.id.clone(),
+                kind: o.kind().into(),
+                district: o.group.district.clone(),
+                profile: o.group.profile.clone(),
+                node: o.node().map(str::to_string),
+                state: o.state().into(),
+                done: o.is_done(),
+                reason: o.reason.clone(),
+                created: o.created,
+                updated: o.updated,
+                progress: match &o.body {
+                    OpBody::ScaleDown(d) => Some(d.progress),
+                    _ => None,
+                },
+            })
+            .collect();
+        ops.sort_by(|a, b| a.done.cmp(&b.done).then(b.updated.cmp(&a.updated)));
+        ops.truncate(50);
+        Status {
+            agent: agent.to_string(),
+            at: Some(now),
+            breaker_open: core.meta().breaker_open,
+            profiles,
+            groups,
+            nodes,
+            ops,
+            refused: refused.clone(),
+        }
+    }
+
+    /// Operations not finished.
+    pub fn in_flight(&self) -> impl Iterator<Item = &OpStatus> {
+        self.ops.iter().filter(|o| !o.done)
+    }
+
+    /// The human-readable report.
+    pub fn render(&self) -> String {
+        let mut s = String::new();
+        let at = self
+            .at
+            .map(|t| t.format("%Y-%m-%d %H:%M:%S UTC").to_string())
+            .unwrap_or_default();
+        let _ = writeln!(s, "broker agent {} at {at}", self.agent);
+        if self.breaker_open {
+            let _ = writeln!(
+                s,
+                "BREAKER OPEN: too many nodes are missing; all scaling stopped"
+            );
+        }
+        let _ = writeln!(
+            s,
+            "\nPROFILE     NODES(act/inact/miss)  ACTIVE GEARS  AVAILABLE  EFFECTIVE  USAGE"
+        );
+        for p in &self.profiles {
+            let t = &p.stats;
+            let _ = writeln!(
+                s,
+                "{:<11} {:>5}/{}/{:<13} {:>12}  {:>9}  {:>9}  {:>5.1} %",
+                p.profile,
+                t.nodes_active,
+                t.nodes_inactive,
+                t.nodes_missing,
+                t.gears_active,
+                t.available_active_gears,
+                t.effective_available_gears,
+                t.usage_pct
+            );
+        }
+        let _ = writeln!(
+            s,
+            "\nDISTRICT                          PROFILE     NODES(act/inact/miss)  USAGE    AVAIL  FREE UIDS  HANDLER  NOTE"
+        );
+        for g in &self.groups {
+            let t = &g.stats;
+            let mut note = String::new();
+            if let Some(e) = &g.exhausted {
+                note.push_str(&format!("EXHAUSTED {e}"));
+            }
+            if let Some(b) = g.backoff_until {
+                note.push_str(&format!(" backoff until {}", b.format("%H:%M:%S")));
+            }
+            let _ = writeln!(
+                s,
+                "{:<33} {:<11} {:>5}/{}/{:<13} {:>5.1} %  {:>5}  {:>9}  {:<7}  {}",
+                g.district,
+                g.profile,
+                t.nodes_active,
+                t.nodes_inactive,
+                t.nodes_missing,
+                t.usage_pct,
+                t.available_active_gears,
+                t.district_free_uids
+                    .map_or_else(|| "-".to_string(), |u| u.to_string()),
+                g.handler,
+                note.trim()
+            );
+        }
+        let inflight: Vec<&OpStatus> = self.in_flight().collect();
+        let _ = writeln!(s, "\nOPERATIONS IN FLIGHT: {}", inflight.len());
+        for o in inflight {
+            let prog = match &o.progress {
+                Some(p) if p.total > 0 => format!(
+                    "  [{}] {}/{} moved, {} failed",
+                    bar(p.moved + p.failed, p.total),
+                    p.moved,
+                    p.total,
+                    p.failed
+                ),
+                _ => String::new(),
+            };
+            let _ = writeln!(
+                s,
+                "  {} {} {}/{} {} {}{}",
+                o.id,
+                o.kind,
+                o.district,
+                o.profile,
+                o.node.as_deref().unwrap_or("(new node)"),
+                o.state,
+                prog
+            );
+        }
+        let recent: Vec<&OpStatus> = self.ops.iter().filter(|o| o.done).take(10).collect();
+        if !recent.is_empty() {
+            let _ = writeln!(s, "\nRECENT OPERATIONS:");
+            for o in recent {
+                let _ = writeln!(
+                    s,
+                    "  {} {} {}/{} {} {} ({})",
+                    o.id,
+                    o.kind,
+                    o.district,
+                    o.profile,
+                    o.node.as_deref().unwrap_or("-"),
+                    o.state,
+                    o.updated.format("%H:%M:%S")
+                );
+            }
+        }
+        if !self.refused.is_empty() {
+            let r: Vec<String> = self
+                .refused
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect();
+            let _ = writeln!(s, "\nREFUSED MESSAGES: {}", r.join(" "));
+        }
+        s
+    }
+}
+
+/// A 20-character progress bar.
+pub fn bar(done: u32, total: u32) -> String {
+    let width = 20usize;
+    let filled = if total == 0 {
+        width
+    } else {
+        (done.min(total) as usize * width) / total as usize
+    };
+    format!("{}{}", "#".repeat(filled), ".".repeat(width - filled))
+}

@@ -1,0 +1,286 @@
+//! The one interface every transport implements.
+
+use std::fmt;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures::Stream;
+use tokio::sync::{broadcast, mpsc};
+
+use crate::error::BusError;
+
+/// A message to publish on the `gearshift` topic exchange.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutMessage {
+    /// Logical routing key, for example `report.d1.node-1%2Eexample%2Ecom`.
+    pub key: String,
+    /// The encoded envelope.
+    pub payload: Bytes,
+    /// Where replies go (a reply queue name), for requests.
+    pub reply_to: Option<String>,
+    /// Ties a reply to its request.
+    pub correlation_id: Option<String>,
+    /// Persist the message on the broker's disk (commands); reports need not be.
+    pub persistent: bool,
+}
+
+impl OutMessage {
+    /// A persistent message with no reply address.
+    pub fn new(key: impl Into<String>, payload: impl Into<Bytes>) -> Self {
+        OutMessage {
+            key: key.into(),
+            payload: payload.into(),
+            reply_to: None,
+            correlation_id: None,
+            persistent: true,
+        }
+    }
+
+    /// Marks the message transient (not written to the broker's disk).
+    pub fn transient(mut self) -> Self {
+        self.persistent = false;
+        self
+    }
+}
+
+/// Lifetime of a named queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Durability {
+    /// Survives its consumer's absence and a broker restart (per-node command queues).
+    Durable,
+    /// Deleted when its connection ends (reply queues, watchers).
+    Transient,
+}
+
+/// A named queue and the routing patterns bound to it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueSpec {
+    /// Queue name, for example `gearshift.node.node-1%2Eexample%2Ecom`.
+    pub name: String,
+    /// Topic patterns on the `gearshift` exchange that feed the queue.
+    pub bindings: Vec<String>,
+    /// Lifetime.
+    pub durability: Durability,
+}
+
+impl QueueSpec {
+    /// A durable queue bound to `bindings`.
+    pub fn durable(name: impl Into<String>, bindings: Vec<String>) -> Self {
+        QueueSpec {
+            name: name.into(),
+            bindings,
+            durability: Durability::Durable,
+        }
+    }
+
+    /// A node's durable command queue, bound to `cmd.<node>`.
+    pub fn node_commands(node: &str) -> Self {
+        Self::durable(
+            gearshift_proto::routing::node_queue(node),
+            vec![gearshift_proto::routing::command(node)],
+        )
+    }
+}
+
+/// Options of a subscription or queue consumer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConsumeOptions {
+    /// Unacknowledged deliveries in flight at once.
+    pub prefetch: u16,
+}
+
+impl Default for ConsumeOptions {
+    fn default() -> Self {
+        ConsumeOptions { prefetch: 64 }
+    }
+}
+
+/// Acknowledges one delivery; implemented by each transport.
+#[async_trait]
+pub trait AckHandle: Send + Sync {
+    /// Positive acknowledgement: the message is done with and leaves the queue.
+    async fn ack(&self) -> Result<(), BusError>;
+    /// Negative acknowledgement; with `requeue` the message is delivered again.
+    async fn nack(&self, requeue: bool) -> Result<(), BusError>;
+}
+
+/// One received message. Dropping it without `ack` or `nack` leaves it
+/// unacknowledged: the broker redelivers it when the consumer goes away.
+pub struct Delivery {
+    /// The routing key it was published with (for replies: the reply queue).
+    pub key: String,
+    /// The payload.
+    pub payload: Bytes,
+    /// The sender's reply address, for requests.
+    pub reply_to: Option<String>,
+    /// Correlation id (requests and replies).
+    pub correlation_id: Option<String>,
+    /// The broker delivered it before (a consumer died or nacked).
+    pub redelivered: bool,
+    pub(crate) acker: Option<Box<dyn AckHandle>>,
+}
+
+impl fmt::Debug for Delivery {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Delivery")
+            .field("key", &self.key)
+            .field("bytes", &self.payload.len())
+            .field("reply_to", &self.reply_to)
+            .field("correlation_id", &self.correlation_id)
+            .field("redelivered", &self.redelivered)
+            .finish()
+    }
+}
+
+impl Delivery {
+    /// A delivery; transports call this.
+    pub fn new(
+        key: String,
+        payload: Bytes,
+        reply_to: Option<String>,
+        correlation_id: Option<String>,
+        redelivered: bool,
+        acker: Option<Box<dyn AckHandle>>,
+    ) -> Self {
+        Delivery {
+            key,
+            payload,
+            reply_to,
+            correlation_id,
+            redelivered,
+            acker,
+        }
+    }
+
+    /// Acknowledges the delivery (no-op for auto-acknowledged deliveries).
+    pub async fn ack(mut self) -> Result<(), BusError> {
+        match self.acker.take() {
+            Some(a) => a.ack().await,
+            None => Ok(()),
+        }
+    }
+
+    /// Rejects the delivery; with `requeue` it is delivered again.
+    pub async fn nack(mut self, requeue: bool) -> Result<(), BusError> {
+        match self.acker.take() {
+            Some(a) => a.nack(requeue).await,
+            None => Ok(()),
+        }
+    }
+}
+
+/// A stream of deliveries. Dropping it cancels the consumer; unacknowledged
+/// deliveries then go back to their queue.
+pub struct Subscription {
+    rx: mpsc::Receiver<Delivery>,
+    _guard: Box<dyn Send + Sync>,
+}
+
+impl fmt::Debug for Subscription {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Subscription").finish_non_exhaustive()
+    }
+}
+
+impl Subscription {
+    /// Wraps a receiver; `guard` is dropped (cancelling the consumer) with the subscription.
+    pub fn new(rx: mpsc::Receiver<Delivery>, guard: impl Send + Sync + 'static) -> Self {
+        Subscription {
+            rx,
+            _guard: Box::new(guard),
+        }
+    }
+
+    /// The next delivery; `None` once the bus is closed.
+    pub async fn next(&mut self) -> Option<Delivery> {
+        self.rx.recv().await
+    }
+
+    /// The next delivery within `timeout`.
+    pub async fn next_timeout(&mut self, timeout: Duration) -> Result<Option<Delivery>, BusError> {
+        tokio::time::timeout(timeout, self.rx.recv())
+            .await
+            .map_err(|_| BusError::Timeout {
+                what: "waiting for a delivery".into(),
+                after: timeout,
+            })
+    }
+}
+
+impl Stream for Subscription {
+    type Item = Delivery;
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Delivery>> {
+        self.rx.poll_recv(cx)
+    }
+}
+
+/// Connection state changes, for logs and metrics.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BusEvent {
+    /// (Re)connected; topology and consumers are restored.
+    Connected {
+        /// How many times this bus connected before.
+        reconnects: u64,
+    },
+    /// The connection was lost; the transport is reconnecting.
+    Disconnected {
+        /// Why.
+        reason: String,
+    },
+}
+
+/// One message bus: publish with confirmation, topic subscriptions, durable
+/// named queues with manual acknowledgement, and request/reply.
+///
+/// Implementations reconnect by themselves: while the broker is away, calls
+/// wait (bounded by their own timeouts) and subscriptions resume afterwards.
+#[async_trait]
+pub trait Bus: Send + Sync + 'static {
+    /// `memory`, `amqp` or `stomp`.
+    fn transport(&self) -> &'static str;
+
+    /// Publishes on the `gearshift` topic exchange and returns once the broker
+    /// confirmed it (AMQP publisher confirm, STOMP receipt).
+    async fn publish(&self, msg: OutMessage) -> Result<(), BusError>;
+
+    /// Sends a message straight to a named queue (for replies to `reply_to`), confirmed.
+    async fn send_to_queue(&self, queue: &str, msg: OutMessage) -> Result<(), BusError>;
+
+    /// A transient subscription (its own exclusive, auto-deleted queue) to a topic pattern.
+    /// Deliveries need no acknowledgement.
+    async fn subscribe(&self, pattern: &str) -> Result<Subscription, BusError>;
+
+    /// Declares a named queue and its bindings (idempotent): from then on it
+    /// keeps matching messages, also while nobody consumes it.
+    async fn declare_queue(&self, spec: &QueueSpec) -> Result<(), BusError>;
+
+    /// Declares `spec` and consumes it with manual acknowledgement.
+    async fn consume(
+        &self,
+        spec: &QueueSpec,
+        opts: ConsumeOptions,
+    ) -> Result<Subscription, BusError>;
+
+    /// Publishes a request under `key` and waits for the first reply.
+    async fn request(&self, msg: OutMessage, timeout: Duration) -> Result<Delivery, BusError>;
+
+    /// Publishes a request under `key` and gathers every reply that arrives within `window`.
+    async fn request_all(
+        &self,
+        msg: OutMessage,
+        window: Duration,
+    ) -> Result<Vec<Delivery>, BusError>;
+
+    /// Connection state changes.
+    fn events(&self) -> broadcast::Receiver<BusEvent>;
+
+    /// Closes the connection; pending operations fail with [`BusError::Closed`].
+    async fn close(&self);
+}
+
+/// A shared handle to some bus.
+pub type SharedBus = Arc<dyn Bus>;

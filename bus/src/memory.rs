@@ -1,0 +1,602 @@
+//! In-process transport with AMQP topic-exchange semantics: named and
+//! transient queues, bindings, competing consumers with prefetch, manual
+//! acknowledgement and redelivery. Used by the demo and by unit tests.
+//!
+//! Agents in one process that connect to the same name share one
+//! [`MemoryBroker`]; `memory://` is the default broker.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, LazyLock, Mutex, MutexGuard, Weak};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use tokio::sync::{broadcast, mpsc};
+
+use crate::api::{
+    AckHandle, Bus, BusEvent, ConsumeOptions, Delivery, Durability, OutMessage, QueueSpec,
+    SharedBus, Subscription,
+};
+use crate::error::BusError;
+use crate::reply::ReplyRouter;
+
+/// Largest payload the memory transport accepts (same order as RabbitMQ's frame limits).
+pub const MAX_PAYLOAD: usize = 16 * 1024 * 1024;
+/// Buffer of a transient subscription before deliveries wait in the queue.
+const SUBSCRIPTION_BUFFER: usize = 8192;
+
+static REGISTRY: LazyLock<Mutex<HashMap<String, MemoryBroker>>> = LazyLock::new(Mutex::default);
+
+#[derive(Clone)]
+struct Stored {
+    key: String,
+    payload: Bytes,
+    reply_to: Option<String>,
+    correlation_id: Option<String>,
+    redelivered: bool,
+}
+
+struct Consumer {
+    id: u64,
+    conn: u64,
+    tx: mpsc::Sender<Delivery>,
+    prefetch: usize,
+    in_flight: usize,
+    auto_ack: bool,
+    waiting: bool,
+}
+
+struct Queue {
+    durability: Durability,
+    bindings: Vec<String>,
+    owner: Option<u64>,
+    ready: VecDeque<Stored>,
+    consumers: Vec<Consumer>,
+    next_consumer: usize,
+    unacked: HashMap<u64, (Stored, u64)>,
+}
+
+#[derive(Default)]
+struct State {
+    queues: HashMap<String, Queue>,
+    next_tag: u64,
+    next_id: u64,
+}
+
+struct Inner {
+    state: Mutex<State>,
+    events: broadcast::Sender<BusEvent>,
+    resets: AtomicU64,
+}
+
+/// One in-process broker.
+#[derive(Clone)]
+pub struct MemoryBroker {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for MemoryBroker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryBroker").finish_non_exhaustive()
+    }
+}
+
+impl Default for MemoryBroker {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+fn lock(inner: &Inner) -> MutexGuard<'_, State> {
+    // A panic while holding the lock leaves plain data behind; keep going.
+    inner.state.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl MemoryBroker {
+    /// A new, private broker.
+    pub fn new() -> Self {
+        let (events, _) = broadcast::channel(64);
+        MemoryBroker {
+            inner: Arc::new(Inner {
+                state: Mutex::default(),
+                events,
+                resets: AtomicU64::new(0),
+            }),
+        }
+    }
+
+    /// The process-wide broker called `name` (created on first use).
+    pub fn named(name: &str) -> Self {
+        let mut reg = REGISTRY.lock().unwrap_or_else(|p| p.into_inner());
+        reg.entry(name.to_string()).or_default().clone()
+    }
+
+    /// A new connection to this broker.
+    pub fn connect(&self, name: &str) -> SharedBus {
+        Arc::new(self.connection(name))
+    }
+
+    /// A new connection, as its concrete type.
+    pub fn connection(&self, name: &str) -> MemoryBus {
+        let id = {
+            let mut st = lock(&self.inner);
+            st.next_id += 1;
+            st.next_id
+        };
+        MemoryBus {
+            broker: self.clone(),
+            conn: id,
+            name: name.to_string(),
+            closed: Arc::new(AtomicBool::new(false)),
+            reply: ReplyRouter::new(),
+        }
+    }
+
+    /// Simulates the broker dropping every connection: every unacknowledged
+    /// delivery goes back to its queue (marked redelivered) and every
+    /// connection reports `Disconnected` then `Connected`, as a real transport
+    /// does after it reconnected and restored its consumers.
+    pub fn drop_all_connections(&self) {
+        let _ = self.inner.events.send(BusEvent::Disconnected {
+            reason: "broker closed all connections".into(),
+        });
+        {
+            let mut st = lock(&self.inner);
+            let names: Vec<String> = st.queues.keys().cloned().collect();
+            for name in names {
+                if let Some(q) = st.queues.get_mut(&name) {
+                    requeue_all(q, |_| true);
+                }
+                dispatch(&self.inner, &mut st, &name);
+            }
+        }
+        let n = self.inner.resets.fetch_add(1, Ordering::SeqCst) + 1;
+        let _ = self
+            .inner
+            .events
+            .send(BusEvent::Connected { reconnects: n });
+    }
+
+    /// Messages waiting (ready, not delivered) in a queue; `None` if it does not exist.
+    pub fn queue_depth(&self, name: &str) -> Option<usize> {
+        lock(&self.inner).queues.get(name).map(|q| q.ready.len())
+    }
+
+    /// Deliveries handed out and not yet acknowledged in a queue.
+    pub fn unacked(&self, name: &str) -> Option<usize> {
+        lock(&self.inner).queues.get(name).map(|q| q.unacked.len())
+    }
+
+    fn route(&self, msg: &OutMessage) -> usize {
+        let mut st = lock(&self.inner);
+        let targets: Vec<String> = st
+            .queues
+            .iter()
+            .filter(|(_, q)| {
+                q.bindings
+                    .iter()
+                    .any(|p| gearshift_proto::routing::topic_matches(p, &msg.key))
+            })
+            .map(|(n, _)| n.clone())
+            .collect();
+        for name in &targets {
+            enqueue(&self.inner, &mut st, name, stored(msg));
+        }
+        targets.len()
+    }
+}
+
+fn stored(msg: &OutMessage) -> Stored {
+    Stored {
+        key: msg.key.clone(),
+        payload: msg.payload.clone(),
+        reply_to: msg.reply_to.clone(),
+        correlation_id: msg.correlation_id.clone(),
+        redelivered: false,
+    }
+}
+
+fn enqueue(inner: &Arc<Inner>, st: &mut State, name: &str, m: Stored) {
+    if let Some(q) = st.queues.get_mut(name) {
+        q.ready.push_back(m);
+        dispatch(inner, st, name);
+    }
+}
+
+/// Moves unacked deliveries of the consumers selected by `which` back to the
+/// front of the queue, in their original order.
+fn requeue_all(q: &mut Queue, which: impl Fn(u64) -> bool) {
+    let mut back: Vec<(u64, Stored)> = Vec::new();
+    q.unacked.retain(|tag, (m, consumer)| {
+        if which(*consumer) {
+            back.push((*tag, m.clone()));
+            false
+        } else {
+            true
+        }
+    });
+    back.sort_by_key(|(tag, _)| std::cmp::Reverse(*tag));
+    for (_, mut m) in back {
+        m.redelivered = true;
+        q.ready.push_front(m);
+    }
+    for c in q.consumers.iter_mut() {
+        if which(c.id) {
+            c.in_flight = 0;
+        }
+    }
+}
+
+fn dispatch(inner: &Arc<Inner>, st: &mut State, name: &str) {
+    let State {
+        queues, next_tag, ..
+    } = st;
+    let Some(q) = queues.get_mut(name) else {
+        return;
+    };
+    loop {
+        if q.ready.is_empty() || q.consumers.is_empty() {
+            return;
+        }
+        // Drop consumers whose subscription is gone, returning their deliveries.
+        let dead: Vec<u64> = q
+            .consumers
+            .iter()
+            .filter(|c| c.tx.is_closed())
+            .map(|c| c.id)
+            .collect();
+        if !dead.is_empty() {
+            requeue_all(q, |c| dead.contains(&c));
+            q.consumers.retain(|c| !dead.contains(&c.id));
+            continue;
+        }
+        let n = q.consumers.len();
+        let Some(idx) = (0..n).map(|i| (q.next_consumer + i) % n).find(|&i| {
+            let c = &q.consumers[i];
+            !c.waiting && (c.auto_ack || c.in_flight < c.prefetch)
+        }) else {
+            return;
+        };
+        q.next_consumer = (idx + 1) % n;
+        let Some(m) = q.ready.pop_front() else { return };
+        *next_tag += 1;
+        let tag = *next_tag;
+        let c = &mut q.consumers[idx];
+        let acker: Option<Box<dyn AckHandle>> = if c.auto_ack {
+            None
+        } else {
+            Some(Box::new(MemAck {
+                inner: Arc::downgrade(inner),
+                queue: name.to_string(),
+                tag,
+            }))
+        };
+        let d = Delivery::new(
+            m.key.clone(),
+            m.payload.clone(),
+            m.reply_to.clone(),
+            m.correlation_id.clone(),
+            m.redelivered,
+            acker,
+        );
+        match c.tx.try_send(d) {
+            Ok(()) => {
+                if !c.auto_ack {
+                    c.in_flight += 1;
+                    q.unacked.insert(tag, (m, c.id));
+                }
+            }
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                // Only transient subscriptions can be full: wait for room, then retry.
+                q.ready.push_front(m);
+                c.waiting = true;
+                let tx = c.tx.clone();
+                let id = c.id;
+                let weak = Arc::downgrade(inner);
+                let qname = name.to_string();
+                tokio::spawn(async move {
+                    let ok = tx.reserve().await.is_ok();
+                    if let Some(inner) = weak.upgrade() {
+                        let mut st = lock(&inner);
+                        if let Some(q) = st.queues.get_mut(&qname)
+                            && let Some(c) = q.consumers.iter_mut().find(|c| c.id == id)
+                        {
+                            c.waiting = false;
+                        }
+                        if ok {
+                            dispatch(&inner, &mut st, &qname);
+                        }
+                    }
+                });
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => {
+                q.ready.push_front(m);
+                let id = c.id;
+                requeue_all(q, |c| c == id);
+                q.consumers.retain(|c| c.id != id);
+            }
+        }
+    }
+}
+
+struct MemAck {
+    inner: Weak<Inner>,
+    queue: String,
+    tag: u64,
+}
+
+impl MemAck {
+    fn settle(&self, requeue: Option<bool>) -> Result<(), BusError> {
+        let inner = self.inner.upgrade().ok_or(BusError::Closed)?;
+        let mut st = lock(&inner);
+        let q = st
+            .queues
+            .get_mut(&self.queue)
+            .ok_or_else(|| BusError::Server(format!("queue {} no longer exists", self.queue)))?;
+        let (mut m, consumer) = q
+            .unacked
+            .remove(&self.tag)
+            .ok_or_else(|| BusError::Connect {
+                endpoint: "memory".into(),
+                reason: "delivery belongs to a connection that was reset; it will be redelivered"
+                    .into(),
+            })?;
+        if let Some(c) = q.consumers.iter_mut().find(|c| c.id == consumer) {
+            c.in_flight = c.in_flight.saturating_sub(1);
+        }
+        if requeue == Some(true) {
+            m.redelivered = true;
+            q.ready.push_front(m);
+        }
+        dispatch(&inner, &mut st, &self.queue);
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl AckHandle for MemAck {
+    async fn ack(&self) -> Result<(), BusError> {
+        self.settle(None)
+    }
+    async fn nack(&self, requeue: bool) -> Result<(), BusError> {
+        self.settle(Some(requeue))
+    }
+}
+
+/// Removes a consumer when its subscription is dropped.
+struct ConsumerGuard {
+    inner: Weak<Inner>,
+    queue: String,
+    consumer: u64,
+}
+
+impl Drop for ConsumerGuard {
+    fn drop(&mut self) {
+        let Some(inner) = self.inner.upgrade() else {
+            return;
+        };
+        let mut st = lock(&inner);
+        let mut delete = false;
+        if let Some(q) = st.queues.get_mut(&self.queue) {
+            let id = self.consumer;
+            requeue_all(q, |c| c == id);
+            q.consumers.retain(|c| c.id != id);
+            delete = q.durability == Durability::Transient && q.consumers.is_empty();
+        }
+        if delete {
+            st.queues.remove(&self.queue);
+        } else {
+            dispatch(&inner, &mut st, &self.queue);
+        }
+    }
+}
+
+/// One connection to a [`MemoryBroker`].
+pub struct MemoryBus {
+    broker: MemoryBroker,
+    conn: u64,
+    name: String,
+    closed: Arc<AtomicBool>,
+    reply: ReplyRouter,
+}
+
+impl std::fmt::Debug for MemoryBus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryBus")
+            .field("name", &self.name)
+            .finish()
+    }
+}
+
+impl MemoryBus {
+    /// The broker this connection talks to.
+    pub fn broker(&self) -> &MemoryBroker {
+        &self.broker
+    }
+
+    fn check_open(&self) -> Result<(), BusError> {
+        if self.closed.load(Ordering::SeqCst) {
+            Err(BusError::Closed)
+        } else {
+            Ok(())
+        }
+    }
+
+    fn declare(&self, st: &mut State, spec: &QueueSpec) -> Result<(), BusError> {
+        if spec.name.is_empty() || spec.name.len() > 255 {
+            return Err(BusError::Invalid(format!(
+                "queue name must be 1..=255 bytes, got {}",
+                spec.name.len()
+            )));
+        }
+        let q = st.queues.entry(spec.name.clone()).or_insert_with(|| Queue {
+            durability: spec.durability,
+            bindings: vec![],
+            owner: (spec.durability == Durability::Transient).then_some(self.conn),
+            ready: VecDeque::new(),
+            consumers: vec![],
+            next_consumer: 0,
+            unacked: HashMap::new(),
+        });
+        if q.durability != spec.durability {
+            return Err(BusError::Server(format!(
+                "queue {} exists with durability {:?}",
+                spec.name, q.durability
+            )));
+        }
+        for b in &spec.bindings {
+            if !q.bindings.contains(b) {
+                q.bindings.push(b.clone());
+            }
+        }
+        Ok(())
+    }
+
+    fn add_consumer(
+        &self,
+        spec: &QueueSpec,
+        prefetch: usize,
+        auto_ack: bool,
+    ) -> Result<Subscription, BusError> {
+        self.check_open()?;
+        let inner = &self.broker.inner;
+        let mut st = lock(inner);
+        self.declare(&mut st, spec)?;
+        st.next_id += 1;
+        let id = st.next_id;
+        let cap = if auto_ack {
+            SUBSCRIPTION_BUFFER
+        } else {
+            prefetch.max(1)
+        };
+        let (tx, rx) = mpsc::channel(cap);
+        if let Some(q) = st.queues.get_mut(&spec.name) {
+            q.consumers.push(Consumer {
+                id,
+                conn: self.conn,
+                tx,
+                prefetch: prefetch.max(1),
+                in_flight: 0,
+                auto_ack,
+                waiting: false,
+            });
+        }
+        dispatch(inner, &mut st, &spec.name);
+        Ok(Subscription::new(
+            rx,
+            ConsumerGuard {
+                inner: Arc::downgrade(inner),
+                queue: spec.name.clone(),
+                consumer: id,
+            },
+        ))
+    }
+}
+
+fn check_size(payload: &Bytes) -> Result<(), BusError> {
+    if payload.len() > MAX_PAYLOAD {
+        return Err(BusError::TooLarge {
+            size: payload.len(),
+            limit: MAX_PAYLOAD,
+        });
+    }
+    Ok(())
+}
+
+#[async_trait]
+impl Bus for MemoryBus {
+    fn transport(&self) -> &'static str {
+        "memory"
+    }
+
+    async fn publish(&self, msg: OutMessage) -> Result<(), BusError> {
+        self.check_open()?;
+        check_size(&msg.payload)?;
+        self.broker.route(&msg);
+        Ok(())
+    }
+
+    async fn send_to_queue(&self, queue: &str, msg: OutMessage) -> Result<(), BusError> {
+        self.check_open()?;
+        check_size(&msg.payload)?;
+        let inner = &self.broker.inner;
+        let mut st = lock(inner);
+        // Like AMQP's default exchange: a message to a queue that does not exist is dropped.
+        if st.queues.contains_key(queue) {
+            enqueue(inner, &mut st, queue, stored(&msg));
+        }
+        Ok(())
+    }
+
+    async fn subscribe(&self, pattern: &str) -> Result<Subscription, BusError> {
+        if pattern.is_empty() {
+            return Err(BusError::Invalid("empty pattern".into()));
+        }
+        let spec = QueueSpec {
+            name: format!("amq.gen-{}", uuid::Uuid::new_v4().simple()),
+            bindings: vec![pattern.to_string()],
+            durability: Durability::Transient,
+        };
+        self.add_consumer(&spec, SUBSCRIPTION_BUFFER, true)
+    }
+
+    async fn declare_queue(&self, spec: &QueueSpec) -> Result<(), BusError> {
+        self.check_open()?;
+        let mut st = lock(&self.broker.inner);
+        self.declare(&mut st, spec)
+    }
+
+    async fn consume(
+        &self,
+        spec: &QueueSpec,
+        opts: ConsumeOptions,
+    ) -> Result<Subscription, BusError> {
+        self.add_consumer(spec, opts.prefetch as usize, false)
+    }
+
+    async fn request(&self, msg: OutMessage, timeout: Duration) -> Result<Delivery, BusError> {
+        self.reply.request(self, msg, timeout).await
+    }
+
+    async fn request_all(
+        &self,
+        msg: OutMessage,
+        window: Duration,
+    ) -> Result<Vec<Delivery>, BusError> {
+        self.reply.request_all(self, msg, window).await
+    }
+
+    fn events(&self) -> broadcast::Receiver<BusEvent> {
+        self.broker.inner.events.subscribe()
+    }
+
+    async fn close(&self) {
+        if self.closed.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let inner = &self.broker.inner;
+        let mut st = lock(inner);
+        let conn = self.conn;
+        let names: Vec<String> = st.queues.keys().cloned().collect();
+        for name in names {
+            let mut delete = false;
+            if let Some(q) = st.queues.get_mut(&name) {
+                let mine: Vec<u64> = q
+                    .consumers
+                    .iter()
+                    .filter(|c| c.conn == conn)
+                    .map(|c| c.id)
+                    .collect();
+                requeue_all(q, |c| mine.contains(&c));
+                q.consumers.retain(|c| c.conn != conn);
+                delete = q.owner == Some(conn);
+            }
+            if delete {
+                st.queues.remove(&name);
+            } else {
+                dispatch(inner, &mut st, &name);
+            }
+        }
+    }
+}

@@ -1,0 +1,821 @@
+//! The STOMP 1.2 decoder and encoder, pure: bytes in, frames out, no I/O.
+//!
+//! The decoder is resumable and bounded. It first checks that the header
+//! section is complete (a blank line arrived), enforcing the line length,
+//! header count and frame size limits while it scans, and only then parses
+//! it. It then knows the body's length from `content-length`, refuses a body
+//! over the limit before buffering it, and waits for the whole body and its
+//! NUL. Without `content-length` the body ends at the first NUL. Bytes it
+//! already scanned are not scanned again when more arrive.
+//!
+//! Between frames, a lone LF or CRLF is a heart-beat (RabbitMQ also sends one
+//! LF after every frame); the decoder reports each as [`Item::HeartBeat`] so
+//! that the session can count it as a sign of life.
+//!
+//! After an error the stream cannot be resynchronised: the decoder keeps
+//! returning the same error and the connection must be dropped.
+
+use bytes::{Buf, Bytes, BytesMut};
+use thiserror::Error;
+
+use super::frame::{Command, Frame, escape_into, unescape};
+
+/// Size limits of the decoder and encoder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Largest whole frame (command, headers, body, NUL), in bytes.
+    pub max_frame: usize,
+    /// Most header lines in one frame, `content-length` included.
+    pub max_headers: usize,
+    /// Longest command or header line, in bytes (without its end of line).
+    pub max_header_line: usize,
+    /// Largest body, in bytes.
+    pub max_body: usize,
+}
+
+/// Largest body accepted by default: 16 MiB, like the memory transport.
+pub const DEFAULT_MAX_BODY: usize = 16 * 1024 * 1024;
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_frame: DEFAULT_MAX_BODY + 256 * 1024,
+            max_headers: 128,
+            max_header_line: 16 * 1024,
+            max_body: DEFAULT_MAX_BODY,
+        }
+    }
+}
+
+/// What the decoder yields.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Item {
+    /// A frame.
+    Frame(Frame),
+    /// An end of line between frames.
+    HeartBeat,
+}
+
+/// Why bytes could not be decoded. Every variant is fatal for the connection.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum FrameError {
+    /// The frame is larger than [`Limits::max_frame`].
+    #[error("frame larger than the limit of {limit} bytes")]
+    FrameTooLarge {
+        /// The limit.
+        limit: usize,
+    },
+    /// A command or header line is longer than [`Limits::max_header_line`].
+    #[error("header line longer than the limit of {limit} bytes")]
+    HeaderLineTooLong {
+        /// The limit.
+        limit: usize,
+    },
+    /// More headers than [`Limits::max_headers`].
+    #[error("more than {limit} headers in one frame")]
+    TooManyHeaders {
+        /// The limit.
+        limit: usize,
+    },
+    /// The body is larger than [`Limits::max_body`].
+    #[error("body of at least {size} bytes exceeds the limit of {limit}")]
+    BodyTooLarge {
+        /// The announced (or already buffered) size.
+        size: usize,
+        /// The limit.
+        limit: usize,
+    },
+    /// The command line is not a STOMP command.
+    #[error("unknown command {0:?}")]
+    UnknownCommand(String),
+    /// A header line without a colon.
+    #[error("header line without a colon: {0:?}")]
+    MalformedHeader(String),
+    /// A header with an escape sequence STOMP 1.2 does not define.
+    #[error("undefined escape sequence in header line {0:?}")]
+    InvalidEscape(String),
+    /// A command or header that is not UTF-8.
+    #[error("header line is not UTF-8: {0:?}")]
+    NotUtf8(String),
+    /// A `content-length` that is not a decimal number.
+    #[error("invalid content-length {0:?}")]
+    InvalidContentLength(String),
+    /// The byte after a `content-length` body is not NUL.
+    #[error("body of content-length {0} is not followed by NUL")]
+    MissingNul(usize),
+    /// A CR between frames that is not followed by LF.
+    #[error("CR not followed by LF between frames")]
+    BareCr,
+}
+
+/// Why a frame could not be encoded.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum EncodeError {
+    /// A header of an unescaped frame (CONNECT, STOMP, CONNECTED) contains a
+    /// byte it cannot carry.
+    #[error("header {name:?} of a {command} frame cannot contain {what}")]
+    NotRepresentable {
+        /// The command.
+        command: Command,
+        /// The header name.
+        name: String,
+        /// What it contains.
+        what: &'static str,
+    },
+    /// A body without `content-length` cannot contain NUL.
+    #[error("a body without content-length cannot contain NUL")]
+    NulInBody,
+    /// More header lines (`content-length` included) than [`Limits::max_headers`].
+    #[error("more than {limit} header lines")]
+    TooManyHeaders {
+        /// The limit.
+        limit: usize,
+    },
+    /// An encoded header line longer than [`Limits::max_header_line`].
+    #[error("header {name:?} makes a line longer than {limit} bytes")]
+    HeaderLineTooLong {
+        /// The header name.
+        name: String,
+        /// The limit.
+        limit: usize,
+    },
+    /// The frame exceeds a limit.
+    #[error("frame of {size} bytes exceeds the limit of {limit}")]
+    TooLarge {
+        /// Size of the body or frame.
+        size: usize,
+        /// The limit.
+        limit: usize,
+    },
+}
+
+/// A byte string for error messages: lossy UTF-8, at most 64 characters.
+fn shown(bytes: &[u8]) -> String {
+    let s = String::from_utf8_lossy(bytes);
+    let mut out: String = s.chars().take(64).collect();
+    if s.chars().count() > 64 {
+        out.push('…');
+    }
+    out
+}
+
+/// Partially parsed frame: the header section is complete.
+#[derive(Debug)]
+struct Head {
+    head_len: usize,
+    command: Command,
+    headers: Vec<(String, String)>,
+    content_length: Option<usize>,
+}
+
+#[derive(Debug)]
+enum State {
+    /// Looking for the blank line that ends the header section.
+    Head {
+        /// Bytes of the buffer already scanned.
+        scanned: usize,
+        /// Start of the line being scanned.
+        line_start: usize,
+        /// Complete lines so far (the command line included).
+        lines: usize,
+    },
+    /// Header section parsed; waiting for the body.
+    Body {
+        head: Head,
+        /// Bytes of the body already scanned for NUL (no content-length).
+        scanned: usize,
+    },
+    /// A previous error; the stream is unusable.
+    Failed(FrameError),
+}
+
+const START: State = State::Head {
+    scanned: 0,
+    line_start: 0,
+    lines: 0,
+};
+
+/// The resumable, bounded STOMP 1.2 decoder.
+#[derive(Debug)]
+pub struct FrameDecoder {
+    limits: Limits,
+    state: State,
+}
+
+impl Default for FrameDecoder {
+    fn default() -> Self {
+        Self::new(Limits::default())
+    }
+}
+
+impl FrameDecoder {
+    /// A decoder with these limits.
+    pub fn new(limits: Limits) -> Self {
+        FrameDecoder {
+            limits,
+            state: START,
+        }
+    }
+
+    /// The limits.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// Decodes the next item from the front of `buf`, removing its bytes.
+    /// `Ok(None)`: more bytes are needed (nothing is removed).
+    pub fn decode(&mut self, buf: &mut BytesMut) -> Result<Option<Item>, FrameError> {
+        match self.step(buf) {
+            Ok(r) => Ok(r),
+            Err(e) => {
+                self.state = State::Failed(e.clone());
+                Err(e)
+            }
+        }
+    }
+
+    fn step(&mut self, buf: &mut BytesMut) -> Result<Option<Item>, FrameError> {
+        let limits = self.limits;
+        loop {
+            match &mut self.state {
+                State::Failed(e) => return Err(e.clone()),
+                State::Head {
+                    scanned,
+                    line_start,
+                    lines,
+                } => {
+                    if *scanned == 0 {
+                        // Between frames: heart-beats.
+                        match buf.first() {
+                            None => return Ok(None),
+                            Some(b'\n') => {
+                                buf.advance(1);
+                                return Ok(Some(Item::HeartBeat));
+                            }
+                            Some(b'\r') => match buf.get(1) {
+                                None => return Ok(None),
+                                Some(b'\n') => {
+                                    buf.advance(2);
+                                    return Ok(Some(Item::HeartBeat));
+                                }
+                                Some(_) => return Err(FrameError::BareCr),
+                            },
+                            Some(_) => {}
+                        }
+                    }
+                    let mut head_len = None;
+                    let mut i = *scanned;
+                    while let Some(off) = buf[i..].iter().position(|&b| b == b'\n') {
+                        let end = i + off;
+                        let mut content_end = end;
+                        if content_end > *line_start && buf[content_end - 1] == b'\r' {
+                            content_end -= 1;
+                        }
+                        let len = content_end - *line_start;
+                        if len > limits.max_header_line {
+                            return Err(FrameError::HeaderLineTooLong {
+                                limit: limits.max_header_line,
+                            });
+                        }
+                        i = end + 1;
+                        if i > limits.max_frame {
+                            return Err(FrameError::FrameTooLarge {
+                                limit: limits.max_frame,
+                            });
+                        }
+                        if len == 0 {
+                            head_len = Some(i);
+                            break;
+                        }
+                        *lines += 1;
+                        if *lines > limits.max_headers + 1 {
+                            return Err(FrameError::TooManyHeaders {
+                                limit: limits.max_headers,
+                            });
+                        }
+                        *line_start = i;
+                    }
+                    let Some(head_len) = head_len else {
+                        // Incomplete: check what is buffered against the limits now,
+                        // so that a peer cannot make us buffer without bound.
+                        if buf.len() - *line_start > limits.max_header_line + 1 {
+                            return Err(FrameError::HeaderLineTooLong {
+                                limit: limits.max_header_line,
+                            });
+                        }
+                        if buf.len() > limits.max_frame {
+                            return Err(FrameError::FrameTooLarge {
+                                limit: limits.max_frame,
+                            });
+                        }
+                        *scanned = buf.len();
+                        return Ok(None);
+                    };
+                    let head = parse_head(&buf[..head_len], head_len, &limits)?;
+                    self.state = State::Body { head, scanned: 0 };
+                }
+                State::Body { head, scanned } => {
+                    let start = head.head_len;
+                    let body_len = match head.content_length {
+                        Some(n) => {
+                            let total = start + n + 1;
+                            if buf.len() < total {
+                                buf.reserve(total - buf.len());
+                                return Ok(None);
+                            }
+                            if buf[start + n] != 0 {
+                                return Err(FrameError::MissingNul(n));
+                            }
+                            n
+                        }
+                        None => match buf[start + *scanned..].iter().position(|&b| b == 0) {
+                            Some(off) => {
+                                let n = *scanned + off;
+                                if n > limits.max_body {
+                                    return Err(FrameError::BodyTooLarge {
+                                        size: n,
+                                        limit: limits.max_body,
+                                    });
+                                }
+                                n
+                            }
+                            None => {
+                                let have = buf.len() - start;
+                                if have > limits.max_body {
+                                    return Err(FrameError::BodyTooLarge {
+                                        size: have,
+                                        limit: limits.max_body,
+                                    });
+                                }
+                                if buf.len() > limits.max_frame {
+                                    return Err(FrameError::FrameTooLarge {
+                                        limit: limits.max_frame,
+                                    });
+                                }
+                                *scanned = have;
+                                return Ok(None);
+                            }
+                        },
+                    };
+                    let mut raw = buf.split_to(start + body_len + 1).freeze();
+                    raw.truncate(start + body_len);
+                    let body: Bytes = raw.slice(start..);
+                    let State::Body { head, .. } = std::mem::replace(&mut self.state, START) else {
+                        unreachable!("state checked above")
+                    };
+                    return Ok(Some(Item::Frame(Frame {
+                        command: head.command,
+                        headers: head.headers,
+                        body,
+                    })));
+                }
+            }
+        }
+    }
+}
+
+/// Parses a complete header section (`raw` ends with the blank line).
+fn parse_head(raw: &[u8], head_len: usize, limits: &Limits) -> Result<Head, FrameError> {
+    let mut lines = raw.split(|&b| b == b'\n').map(|l| match l.last() {
+        Some(b'\r') => &l[..l.len() - 1],
+        _ => l,
+    });
+    let cmd_line = lines.next().unwrap_or_default();
+    let command =
+        Command::parse(cmd_line).ok_or_else(|| FrameError::UnknownCommand(shown(cmd_line)))?;
+    let escaped = command.escapes_headers();
+    let mut headers = Vec::new();
+    let mut content_length = None;
+    let mut seen_length = false;
+    for line in lines.filter(|l| !l.is_empty()) {
+        let colon = line
+            .iter()
+            .position(|&b| b == b':')
+            .ok_or_else(|| FrameError::MalformedHeader(shown(line)))?;
+        let (name, value) = (&line[..colon], &line[colon + 1..]);
+        let text = |part: &[u8]| -> Result<String, FrameError> {
+            let bytes = if escaped {
+                unescape(part).map_err(|_| FrameError::InvalidEscape(shown(line)))?
+            } else {
+                part.to_vec()
+            };
+            String::from_utf8(bytes).map_err(|_| FrameError::NotUtf8(shown(line)))
+        };
+        let (name, value) = (text(name)?, text(value)?);
+        if name == "content-length" {
+            // The first occurrence counts; every occurrence is framing, not a header.
+            if !seen_length {
+                seen_length = true;
+                let n = parse_length(&value)
+                    .ok_or_else(|| FrameError::InvalidContentLength(shown(value.as_bytes())))?;
+                if n > limits.max_body {
+                    return Err(FrameError::BodyTooLarge {
+                        size: n,
+                        limit: limits.max_body,
+                    });
+                }
+                if head_len.saturating_add(n).saturating_add(1) > limits.max_frame {
+                    return Err(FrameError::FrameTooLarge {
+                        limit: limits.max_frame,
+                    });
+                }
+                content_length = Some(n);
+            }
+            continue;
+        }
+        headers.push((name, value));
+    }
+    Ok(Head {
+        head_len,
+        command,
+        headers,
+        content_length,
+    })
+}
+
+fn parse_length(s: &str) -> Option<usize> {
+    if s.is_empty() || s.len() > 19 || !s.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    s.parse().ok()
+}
+
+/// End of line the encoder writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Eol {
+    /// LF (what we send).
+    #[default]
+    Lf,
+    /// CRLF (allowed by STOMP 1.2; used by tests).
+    CrLf,
+}
+
+/// How the encoder writes frames.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EncodeOptions {
+    /// End of line.
+    pub eol: Eol,
+    /// Write `content-length` for non-empty bodies (default). Without it the
+    /// body may not contain NUL.
+    pub content_length: bool,
+}
+
+impl Default for EncodeOptions {
+    fn default() -> Self {
+        EncodeOptions {
+            eol: Eol::Lf,
+            content_length: true,
+        }
+    }
+}
+
+/// Appends `item` to `dst`. `content-length` headers of the frame are
+/// ignored: the encoder writes its own from the body.
+pub fn encode(
+    item: &Item,
+    dst: &mut BytesMut,
+    opts: EncodeOptions,
+    limits: &Limits,
+) -> Result<(), EncodeError> {
+    let eol: &[u8] = match opts.eol {
+        Eol::Lf => b"\n",
+        Eol::CrLf => b"\r\n",
+    };
+    let frame = match item {
+        Item::HeartBeat => {
+            dst.extend_from_slice(eol);
+            return Ok(());
+        }
+        Item::Frame(f) => f,
+    };
+    if frame.body.len() > limits.max_body {
+        return Err(EncodeError::TooLarge {
+            size: frame.body.len(),
+            limit: limits.max_body,
+        });
+    }
+    let escaped = frame.command.escapes_headers();
+    let mut out = Vec::with_capacity(64 + frame.headers.len() * 32);
+    out.extend_from_slice(frame.command.as_str().as_bytes());
+    out.extend_from_slice(eol);
+    let mut lines = 0usize;
+    for (name, value) in &frame.headers {
+        if name == "content-length" {
+            continue;
+        }
+        lines += 1;
+        let line_start = out.len();
+        if escaped {
+            escape_into(name.as_bytes(), &mut out);
+            out.push(b':');
+            escape_into(value.as_bytes(), &mut out);
+        } else {
+            let bad = |what| EncodeError::NotRepresentable {
+                command: frame.command,
+                name: name.clone(),
+                what,
+            };
+            if name.contains(':') {
+                return Err(bad("a colon in its name"));
+            }
+            if name.contains(['\r', '\n']) || value.contains(['\r', '\n']) {
+                return Err(bad("CR or LF"));
+            }
+            out.extend_from_slice(name.as_bytes());
+            out.push(b':');
+            out.extend_from_slice(value.as_bytes());
+        }
+        // What the decoder will enforce, so that whatever we write can be read back.
+        if out.len() - line_start > limits.max_header_line {
+            return Err(EncodeError::HeaderLineTooLong {
+                name: name.clone(),
+                limit: limits.max_header_line,
+            });
+        }
+        out.extend_from_slice(eol);
+    }
+    if opts.content_length && !frame.body.is_empty() {
+        lines += 1;
+    }
+    if lines > limits.max_headers {
+        return Err(EncodeError::TooManyHeaders {
+            limit: limits.max_headers,
+        });
+    }
+    if opts.content_length {
+        if !frame.body.is_empty() {
+            out.extend_from_slice(b"content-length:");
+            out.extend_from_slice(frame.body.len().to_string().as_bytes());
+            out.extend_from_slice(eol);
+        }
+    } else if frame.body.contains(&0) {
+        return Err(EncodeError::NulInBody);
+    }
+    out.extend_from_slice(eol);
+    let size = out.len() + frame.body.len() + 1;
+    if size > limits.max_frame {
+        return Err(EncodeError::TooLarge {
+            size,
+            limit: limits.max_frame,
+        });
+    }
+    dst.reserve(size);
+    dst.extend_from_slice(&out);
+    dst.extend_from_slice(&frame.body);
+    dst.extend_from_slice(&[0]);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn decode_all(bytes: &[u8]) -> Result<Vec<Item>, FrameError> {
+        let mut d = FrameDecoder::default();
+        let mut buf = BytesMut::from(bytes);
+        let mut out = vec![];
+        while let Some(item) = d.decode(&mut buf)? {
+            out.push(item);
+        }
+        assert!(buf.is_empty(), "left over: {buf:?}");
+        Ok(out)
+    }
+
+    fn frame(item: &Item) -> &Frame {
+        match item {
+            Item::Frame(f) => f,
+            Item::HeartBeat => panic!("heart-beat"),
+        }
+    }
+
+    #[test]
+    fn decodes_what_rabbitmq_sends() {
+        let wire = b"CONNECTED\nserver:RabbitMQ/3.10.8\nsession:session-x\nheart-beat:1000,1000\nversion:1.2\n\n\0\n\
+MESSAGE\nsubscription:c1\ndestination:/exchange/gearshift/probe.cmd.n1\nmessage-id:T_c1@@session-x@@1\nredelivered:false\nack:T_c1@@session-x@@1\ncontent-length:3\n\na\0b\0\n";
+        let items = decode_all(wire).unwrap();
+        assert_eq!(items.len(), 4);
+        assert_eq!(frame(&items[0]).command, Command::Connected);
+        assert_eq!(frame(&items[0]).get("heart-beat"), Some("1000,1000"));
+        assert_eq!(items[1], Item::HeartBeat);
+        let m = frame(&items[2]);
+        assert_eq!(m.command, Command::Message);
+        assert_eq!(&m.body[..], b"a\0b");
+        assert_eq!(m.get("content-length"), None, "framing is not a header");
+        assert_eq!(m.get("ack"), Some("T_c1@@session-x@@1"));
+        assert_eq!(items[3], Item::HeartBeat);
+    }
+
+    #[test]
+    fn accepts_crlf_and_nul_terminated_bodies() {
+        let items =
+            decode_all(b"\r\n\r\nMESSAGE\r\nk\\c1:v\\\\2\r\nraw:a:b\r\n\r\nhello\0").unwrap();
+        assert_eq!(items[..2], [Item::HeartBeat, Item::HeartBeat]);
+        let m = frame(&items[2]);
+        assert_eq!(
+            m.headers,
+            vec![
+                ("k:1".to_string(), "v\\2".to_string()),
+                // A raw colon in a value is tolerated (the first colon splits).
+                ("raw".to_string(), "a:b".to_string())
+            ]
+        );
+        assert_eq!(&m.body[..], b"hello");
+    }
+
+    #[test]
+    fn connect_frames_are_not_unescaped() {
+        let items = decode_all(b"CONNECTED\nmsg:a\\nb\n\n\0").unwrap();
+        assert_eq!(frame(&items[0]).get("msg"), Some("a\\nb"));
+    }
+
+    #[test]
+    fn resumes_after_every_byte() {
+        let wire = b"\nERROR\nmessage:bad\\cthing\ncontent-length:4\n\nbody\0\nRECEIPT\nreceipt-id:7\n\n\0";
+        let whole = decode_all(wire).unwrap();
+        let mut d = FrameDecoder::default();
+        let mut buf = BytesMut::new();
+        let mut got = vec![];
+        for &b in wire.iter() {
+            buf.extend_from_slice(&[b]);
+            while let Some(item) = d.decode(&mut buf).unwrap() {
+                got.push(item);
+            }
+        }
+        assert_eq!(got, whole);
+        assert_eq!(frame(&got[1]).get("message"), Some("bad:thing"));
+    }
+
+    #[test]
+    fn enforces_limits_early() {
+        let limits = Limits {
+            max_frame: 200,
+            max_headers: 2,
+            max_header_line: 20,
+            max_body: 50,
+        };
+        let run = |bytes: &[u8]| {
+            let mut d = FrameDecoder::new(limits);
+            let mut buf = BytesMut::from(bytes);
+            loop {
+                match d.decode(&mut buf) {
+                    Ok(Some(_)) => continue,
+                    Ok(None) => return None,
+                    Err(e) => return Some(e),
+                }
+            }
+        };
+        // A long line is refused before its end arrives.
+        assert_eq!(
+            run(&[b'A'; 30]),
+            Some(FrameError::HeaderLineTooLong { limit: 20 })
+        );
+        assert_eq!(
+            run(b"SEND\na:1\nb:2\nc:3\n\n\0"),
+            Some(FrameError::TooManyHeaders { limit: 2 })
+        );
+        // An announced body over the limit is refused before it is buffered.
+        assert_eq!(
+            run(b"SEND\ncontent-length:51\n\n"),
+            Some(FrameError::BodyTooLarge {
+                size: 51,
+                limit: 50
+            })
+        );
+        assert_eq!(
+            run(&[b"SEND\n\n".as_slice(), &[b'x'; 60]].concat()),
+            Some(FrameError::BodyTooLarge {
+                size: 60,
+                limit: 50
+            })
+        );
+        assert_eq!(
+            run(b"SEND\ncontent-length:50\n\n"),
+            None,
+            "waits for the body"
+        );
+        assert_eq!(
+            run(b"SEND\ncontent-length:2\n\nabc"),
+            Some(FrameError::MissingNul(2))
+        );
+        assert_eq!(
+            run(b"SEND\ncontent-length:-1\n\n"),
+            Some(FrameError::InvalidContentLength("-1".into()))
+        );
+        assert_eq!(
+            run(b"BOGUS\n\n\0"),
+            Some(FrameError::UnknownCommand("BOGUS".into()))
+        );
+        assert_eq!(
+            run(b"SEND\nnocolon\n\n\0"),
+            Some(FrameError::MalformedHeader("nocolon".into()))
+        );
+        assert_eq!(
+            run(b"SEND\na:\\t\n\n\0"),
+            Some(FrameError::InvalidEscape("a:\\t".into()))
+        );
+        assert_eq!(run(b"\rX"), Some(FrameError::BareCr));
+        assert_eq!(
+            run(b"SEND\na:\xff\n\n\0"),
+            Some(FrameError::NotUtf8("a:\u{fffd}".into()))
+        );
+    }
+
+    #[test]
+    fn an_error_is_sticky() {
+        let mut d = FrameDecoder::default();
+        let mut buf = BytesMut::from(&b"NOPE\n\n\0SEND\n\n\0"[..]);
+        let e = d.decode(&mut buf).unwrap_err();
+        assert_eq!(d.decode(&mut buf).unwrap_err(), e);
+    }
+
+    #[test]
+    fn encodes_with_escapes_and_content_length() {
+        let f = Frame::new(Command::Send)
+            .header("destination", "/exchange/gearshift/a.b")
+            .header("we:ird", "line\nbreak\\")
+            .header("content-length", "999")
+            .body(&b"x\0y"[..]);
+        let mut dst = BytesMut::new();
+        encode(
+            &Item::Frame(f.clone()),
+            &mut dst,
+            EncodeOptions::default(),
+            &Limits::default(),
+        )
+        .unwrap();
+        assert_eq!(
+            &dst[..],
+            b"SEND\ndestination:/exchange/gearshift/a.b\nwe\\cird:line\\nbreak\\\\\ncontent-length:3\n\nx\0y\0"
+        );
+        let items = decode_all(&dst).unwrap();
+        let mut expected = f;
+        expected.headers.retain(|(k, _)| k != "content-length");
+        assert_eq!(items, vec![Item::Frame(expected)]);
+    }
+
+    #[test]
+    fn refuses_what_cannot_be_encoded() {
+        let mut dst = BytesMut::new();
+        let l = Limits::default();
+        let bad = Frame::new(Command::Connect).header("login", "a\nb");
+        assert!(matches!(
+            encode(&Item::Frame(bad), &mut dst, EncodeOptions::default(), &l),
+            Err(EncodeError::NotRepresentable { .. })
+        ));
+        let nul = Frame::new(Command::Send).body(&b"a\0"[..]);
+        let opts = EncodeOptions {
+            content_length: false,
+            ..EncodeOptions::default()
+        };
+        assert_eq!(
+            encode(&Item::Frame(nul), &mut dst, opts, &l),
+            Err(EncodeError::NulInBody)
+        );
+        let big = Frame::new(Command::Send).body(vec![0u8; l.max_body + 1]);
+        assert!(matches!(
+            encode(&Item::Frame(big), &mut dst, EncodeOptions::default(), &l),
+            Err(EncodeError::TooLarge { .. })
+        ));
+        // What the decoder would refuse is refused when writing: our own
+        // content-length counts as a header line, and escaping lengthens lines.
+        let small = Limits {
+            max_headers: 2,
+            max_header_line: 8,
+            ..Limits::default()
+        };
+        let two = Frame::new(Command::Send).header("a", "1").header("b", "2");
+        assert!(
+            encode(
+                &Item::Frame(two.clone()),
+                &mut dst,
+                EncodeOptions::default(),
+                &small
+            )
+            .is_ok()
+        );
+        dst.clear();
+        assert_eq!(
+            encode(
+                &Item::Frame(two.body(&b"x"[..])),
+                &mut dst,
+                EncodeOptions::default(),
+                &small
+            ),
+            Err(EncodeError::TooManyHeaders { limit: 2 })
+        );
+        let colons = Frame::new(Command::Message).header("k", "::::");
+        assert_eq!(
+            encode(
+                &Item::Frame(colons),
+                &mut dst,
+                EncodeOptions::default(),
+                &small
+            ),
+            Err(EncodeError::HeaderLineTooLong {
+                name: "k".into(),
+                limit: 8
+            })
+        );
+        assert!(dst.is_empty(), "nothing written on error");
+    }
+}

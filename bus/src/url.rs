@@ -1,0 +1,250 @@
+//! Bus URLs: `memory://[name]`, `amqp[s]://user:pass@host:port/vhost`,
+//! `stomp[+ssl]://user:pass@host:port[/vhost][?flavor=rabbitmq|activemq]`.
+
+use std::fmt;
+
+use crate::error::BusError;
+
+/// Which broker speaks STOMP on the other end; it decides the destination names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StompFlavor {
+    /// RabbitMQ's STOMP plugin: `/exchange/gearshift/<key>`, `/amq/queue/<name>`.
+    RabbitMq,
+    /// ActiveMQ (Classic or Artemis): `/topic/gearshift.<key>`, `/queue/<name>`.
+    ActiveMq,
+}
+
+/// A parsed bus URL.
+#[derive(Clone, PartialEq, Eq)]
+pub enum BusUrl {
+    /// In-process bus; agents that use the same name share one broker.
+    Memory {
+        /// Broker name (empty for the default).
+        name: String,
+    },
+    /// AMQP 0-9-1.
+    Amqp {
+        /// The URL as lapin takes it.
+        url: String,
+        /// `amqps`.
+        tls: bool,
+        /// Host.
+        host: String,
+        /// Port.
+        port: u16,
+    },
+    /// STOMP 1.2.
+    Stomp {
+        /// Host.
+        host: String,
+        /// Port.
+        port: u16,
+        /// Login.
+        login: String,
+        /// Passcode.
+        passcode: String,
+        /// Virtual host (`host` header); defaults to `/`.
+        vhost: String,
+        /// `stomp+ssl`.
+        tls: bool,
+        /// Destination naming.
+        flavor: StompFlavor,
+    },
+}
+
+impl fmt::Debug for BusUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{self}")
+    }
+}
+
+impl fmt::Display for BusUrl {
+    /// Displays the URL without its password.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BusUrl::Memory { name } => write!(f, "memory://{name}"),
+            BusUrl::Amqp { url, .. } => f.write_str(&redact(url)),
+            BusUrl::Stomp {
+                host,
+                port,
+                login,
+                tls,
+                vhost,
+                ..
+            } => {
+                let scheme = if *tls { "stomp+ssl" } else { "stomp" };
+                write!(f, "{scheme}://{login}:***@{host}:{port}/{vhost}")
+            }
+        }
+    }
+}
+
+/// Removes the password from a URL for logs.
+pub fn redact(raw: &str) -> String {
+    match url::Url::parse(raw) {
+        Ok(mut u) => {
+            if u.password().is_some() {
+                let _ = u.set_password(Some("***"));
+            }
+            u.to_string()
+        }
+        Err(_) => "<unparseable URL>".into(),
+    }
+}
+
+impl BusUrl {
+    /// Parses and validates a bus URL; no network access.
+    pub fn parse(raw: &str) -> Result<BusUrl, BusError> {
+        let err = |reason: &str| BusError::Url {
+            url: redact(raw),
+            reason: reason.to_string(),
+        };
+        let u = url::Url::parse(raw).map_err(|e| err(&e.to_string()))?;
+        let pct = |s: &str| {
+            percent_encoding::percent_decode_str(s)
+                .decode_utf8()
+                .map(|c| c.into_owned())
+                .map_err(|_| err("user or password is not valid UTF-8"))
+        };
+        match u.scheme() {
+            "memory" => {
+                let name = format!(
+                    "{}{}",
+                    u.host_str().unwrap_or(""),
+                    u.path().trim_start_matches('/')
+                );
+                Ok(BusUrl::Memory { name })
+            }
+            "amqp" | "amqps" => {
+                let tls = u.scheme() == "amqps";
+                let host = u
+                    .host_str()
+                    .filter(|h| !h.is_empty())
+                    .ok_or_else(|| err("missing host"))?;
+                let port = u.port().unwrap_or(if tls { 5671 } else { 5672 });
+                Ok(BusUrl::Amqp {
+                    url: raw.to_string(),
+                    tls,
+                    host: host.to_string(),
+                    port,
+                })
+            }
+            "stomp" | "stomp+ssl" | "stomp+tls" => {
+                let tls = u.scheme() != "stomp";
+                let host = u
+                    .host_str()
+                    .filter(|h| !h.is_empty())
+                    .ok_or_else(|| err("missing host"))?;
+                let port = u.port().unwrap_or(if tls { 61614 } else { 61613 });
+                let login = if u.username().is_empty() {
+                    "guest".to_string()
+                } else {
+                    pct(u.username())?
+                };
+                let passcode = match u.password() {
+                    Some(p) => pct(p)?,
+                    None => "guest".to_string(),
+                };
+                let path = u.path().trim_start_matches('/');
+                let vhost = if path.is_empty() {
+                    "/".to_string()
+                } else {
+                    pct(path)?
+                };
+                let mut flavor = StompFlavor::RabbitMq;
+                for (k, v) in u.query_pairs() {
+                    match (k.as_ref(), v.as_ref()) {
+                        ("flavor", "rabbitmq") => flavor = StompFlavor::RabbitMq,
+                        ("flavor", "activemq") | ("flavor", "artemis") => {
+                            flavor = StompFlavor::ActiveMq
+                        }
+                        ("flavor", other) => {
+                            return Err(err(&format!(
+                                "unknown flavor {other:?} (rabbitmq or activemq)"
+                            )));
+                        }
+                        (other, _) => {
+                            return Err(err(&format!("unknown query parameter {other:?}")));
+                        }
+                    }
+                }
+                Ok(BusUrl::Stomp {
+                    host: host.to_string(),
+                    port,
+                    login,
+                    passcode,
+                    vhost,
+                    tls,
+                    flavor,
+                })
+            }
+            other => Err(err(&format!(
+                "unknown scheme {other:?} (memory, amqp, amqps, stomp, stomp+ssl)"
+            ))),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_every_form() {
+        assert_eq!(
+            BusUrl::parse("memory://").unwrap(),
+            BusUrl::Memory { name: "".into() }
+        );
+        assert_eq!(
+            BusUrl::parse("memory://demo").unwrap(),
+            BusUrl::Memory {
+                name: "demo".into()
+            }
+        );
+        match BusUrl::parse("amqps://u:p@h:1234/%2f").unwrap() {
+            BusUrl::Amqp {
+                tls, host, port, ..
+            } => assert_eq!((tls, host.as_str(), port), (true, "h", 1234)),
+            other => panic!("{other:?}"),
+        }
+        match BusUrl::parse("stomp+ssl://us%40r:p%3Ass@broker.example.com/vh?flavor=activemq")
+            .unwrap()
+        {
+            BusUrl::Stomp {
+                host,
+                port,
+                login,
+                passcode,
+                vhost,
+                tls,
+                flavor,
+            } => {
+                assert_eq!(host, "broker.example.com");
+                assert_eq!(port, 61614);
+                assert_eq!(login, "us@r");
+                assert_eq!(passcode, "p:ss");
+                assert_eq!(vhost, "vh");
+                assert!(tls);
+                assert_eq!(flavor, StompFlavor::ActiveMq);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn refuses_bad_urls_and_hides_passwords() {
+        for bad in [
+            "http://x",
+            "amqp://",
+            "stomp://h?flavor=nope",
+            "nonsense",
+            "stomp://h?x=1",
+        ] {
+            assert!(BusUrl::parse(bad).is_err(), "{bad}");
+        }
+        let e = BusUrl::parse("ftp://u:secret@h").unwrap_err().to_string();
+        assert!(!e.contains("secret"), "{e}");
+        let shown = BusUrl::parse("stomp://u:secret@h").unwrap().to_string();
+        assert!(!shown.contains("secret"), "{shown}");
+    }
+}

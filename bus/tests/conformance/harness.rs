@@ -1,0 +1,118 @@
+//! How each transport is reached and how its broker is made to drop connections.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use gearshift_bus::memory::MemoryBroker;
+use gearshift_bus::{Bus, BusEvent, ConnectOptions, SharedBus};
+
+/// What the cases need from a transport.
+#[async_trait]
+pub trait Harness: Sync {
+    /// A new connection.
+    async fn bus(&self, name: &str) -> SharedBus;
+    /// Makes the broker drop every connection.
+    async fn drop_all_connections(&self);
+}
+
+/// Connection options for tests: fast reconnects, short operation timeouts.
+pub fn test_options(name: &str) -> ConnectOptions {
+    ConnectOptions {
+        name: format!("gearshift-test-{name}"),
+        heartbeat: Duration::from_secs(5),
+        reconnect_min: Duration::from_millis(50),
+        reconnect_max: Duration::from_millis(500),
+        op_timeout: Duration::from_secs(20),
+        connect_timeout: Duration::from_secs(10),
+        ..ConnectOptions::default()
+    }
+}
+
+/// In-process transport; each test gets its own broker.
+pub struct Memory {
+    broker: MemoryBroker,
+}
+
+impl Memory {
+    pub fn new() -> Self {
+        Memory {
+            broker: MemoryBroker::new(),
+        }
+    }
+}
+
+#[async_trait]
+impl Harness for Memory {
+    async fn bus(&self, name: &str) -> SharedBus {
+        self.broker.connect(name)
+    }
+    async fn drop_all_connections(&self) {
+        self.broker.drop_all_connections();
+    }
+}
+
+/// The real RabbitMQ, over AMQP or STOMP.
+pub struct Real {
+    url: String,
+}
+
+impl Real {
+    pub fn amqp() -> Self {
+        Real {
+            url: std::env::var("GEARSHIFT_TEST_AMQP_URL")
+                .unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".into()),
+        }
+    }
+    pub fn stomp() -> Self {
+        Real {
+            url: std::env::var("GEARSHIFT_TEST_STOMP_URL")
+                .unwrap_or_else(|_| "stomp://guest:guest@127.0.0.1:61613".into()),
+        }
+    }
+}
+
+#[async_trait]
+impl Harness for Real {
+    async fn bus(&self, name: &str) -> SharedBus {
+        match gearshift_bus::connect(&self.url, test_options(name)).await {
+            Ok(b) => b,
+            Err(e) => panic!(
+                "cannot reach the test broker at {} ({e}). These tests need a real RabbitMQ \
+                 with the STOMP plugin: run scripts/setup-rabbitmq",
+                gearshift_bus::url::redact(&self.url)
+            ),
+        }
+    }
+    async fn drop_all_connections(&self) {
+        let out = tokio::process::Command::new("rabbitmqctl")
+            .args(["close_all_connections", "gearshift conformance test"])
+            .output()
+            .await
+            .expect("run rabbitmqctl (is RabbitMQ installed on this machine?)");
+        assert!(
+            out.status.success(),
+            "rabbitmqctl close_all_connections failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+/// Waits until `bus` reports `Connected` after having been disconnected.
+pub async fn wait_reconnected(
+    events: &mut tokio::sync::broadcast::Receiver<BusEvent>,
+    within: Duration,
+) {
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        match tokio::time::timeout_at(deadline, events.recv()).await {
+            Ok(Ok(BusEvent::Connected { .. })) => return,
+            Ok(Ok(BusEvent::Disconnected { .. })) => continue,
+            Ok(Err(tokio::sync::broadcast::error::RecvError::Lagged(_))) => continue,
+            Ok(Err(e)) => panic!("bus event channel closed: {e}"),
+            Err(_) => panic!("no reconnect within {within:?}"),
+        }
+    }
+}
+
+#[allow(dead_code)]
+fn _assert_object_safe(_: &dyn Bus) {}

@@ -1,0 +1,72 @@
+//! One conformance suite, the same cases for every transport.
+//!
+//! `memory` runs in-process. `amqp` and `stomp` talk to the real RabbitMQ
+//! named by `GEARSHIFT_TEST_AMQP_URL` / `GEARSHIFT_TEST_STOMP_URL` (defaults:
+//! the local broker with guest/guest, as `scripts/setup-rabbitmq` prepares it).
+//! A missing broker is a test failure with a clear message, never a skip.
+//!
+//! Tests whose name contains `disruptive` make the broker drop every
+//! connection (`rabbitmqctl close_all_connections`); the test script runs
+//! them in a separate, serial pass so that they cannot disturb other tests.
+
+mod cases;
+mod harness;
+
+macro_rules! conformance {
+    ($module:ident, $harness:expr) => {
+        mod $module {
+            use super::cases;
+            #[allow(unused_imports)]
+            use super::harness::*;
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn pubsub_by_pattern() {
+                cases::pubsub_by_pattern(&$harness).await;
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn node_queue_keeps_commands_while_consumer_away() {
+                cases::node_queue_keeps_commands_while_consumer_away(&$harness).await;
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn nack_redelivers() {
+                cases::nack_redelivers(&$harness).await;
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn consumer_dying_before_ack_redelivers() {
+                cases::consumer_dying_before_ack_redelivers(&$harness).await;
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn confirmed_publishes_are_all_delivered() {
+                cases::confirmed_publishes_are_all_delivered(&$harness).await;
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn request_reply() {
+                cases::request_reply(&$harness).await;
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn request_all_gathers_every_responder() {
+                cases::request_all_gathers_every_responder(&$harness).await;
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn prefetch_bounds_unacked_deliveries() {
+                cases::prefetch_bounds_unacked_deliveries(&$harness).await;
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn oversized_and_invalid_inputs_are_refused() {
+                cases::oversized_and_invalid_inputs_are_refused(&$harness).await;
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn settling_after_the_subscription_is_gone() {
+                cases::settling_after_the_subscription_is_gone(&$harness).await;
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn disruptive_recovery_after_broker_drops_every_connection() {
+                cases::recovery_after_broker_drops_every_connection(&$harness).await;
+            }
+        }
+    };
+}
+
+conformance!(memory, Memory::new());
+conformance!(amqp, Real::amqp());
+conformance!(stomp, Real::stomp());

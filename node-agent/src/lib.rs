@@ -1,0 +1,68 @@
+//! # gearshift-node: the node agent
+//!
+//! Runs on every node host. It reports the node's capacity on the bus,
+//! marks itself inactive when told (and stays so across restarts), evacuates
+//! its gears with progress and crash-safe checkpoints, and sends
+//! cfn-push-stats-style signals to OpenStack Heat.
+//!
+//! The crate is a library first: the `gearshift-node` binary, the fleet
+//! simulator and the tests all build an [`Agent`] from an [`AgentConfig`],
+//! a [`gearshift_bus::SharedBus`] and a [`runtime::SharedRuntime`], and
+//! call [`Agent::run`] until a cancellation token fires.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! use std::sync::Arc;
+//! use gearshift_node::runtime::{NodeFacts, sim::{SimRuntime, SimWorld}};
+//! use gearshift_node::{Agent, AgentConfig};
+//! use gearshift_proto::{KeyPair, Keyring, msg::Role};
+//!
+//! let broker_key = KeyPair::generate()?;
+//! let mut trusted = Keyring::new();
+//! trusted.add(broker_key.public(), Role::Broker, "broker");
+//! let world = SimWorld::new();
+//! world.add_node("node-1", NodeFacts { profile: "small".into(), max_active_gears: 100, district: None });
+//! world.populate("node-1", 20, 50);
+//! let mut cfg = AgentConfig::new("node-1", KeyPair::generate()?, trusted, "/tmp/node-1-state");
+//! cfg.report.interval = std::time::Duration::from_millis(100);
+//! cfg.fsync = false; // simulation only
+//! let bus = gearshift_bus::connect("memory://fleet", Default::default()).await?;
+//! let agent = Agent::new(cfg, bus, Arc::new(SimRuntime::new(world.clone(), "node-1")))?;
+//! let token = tokio_util::sync::CancellationToken::new();
+//! let exit = agent.run(token.clone()).await; // until token.cancel() or cmd.remove
+//! # let _ = exit; Ok(()) }
+//! ```
+//!
+//! ## Layout
+//! - [`agent`]: the agent: command consumer (decode, authenticate, replay
+//!   journal, execute, acknowledge once durable), ping responder, reporter,
+//!   and the outbox that keeps events while the bus is away.
+//! - [`runtime`]: where gears live and how they move: `openshift`, `dir`,
+//!   `exec`, `sim`.
+//! - [`evacuate`]: bounded-parallel moves with retries, a checkpointed
+//!   [`evacuate::plan::Plan`] and resumption after a crash.
+//! - [`state`]: the flock-locked state directory: active flag, command
+//!   journal (the persisted replay guard), report sequence, atomic writes.
+//! - [`heat`]: Heat signals (alarm URLs, signal URL with a Keystone token,
+//!   mark-unhealthy).
+//! - [`config`]: `node.toml`, validated before any network access;
+//!   [`setup`]: from the file to an [`AgentConfig`].
+//! - [`status`]: `gearshift-node status`, read from the state directory.
+//! - [`bus_link`]: a bus usable before its first connection succeeds.
+//! - [`metrics`]: Prometheus counters and gauges.
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod agent;
+pub mod bus_link;
+pub mod config;
+pub mod evacuate;
+pub mod heat;
+pub mod metrics;
+pub mod runtime;
+pub mod setup;
+pub mod state;
+pub mod status;
+
+pub use agent::{Agent, AgentConfig, AgentError, RunExit};
+pub use config::NodeConfig;

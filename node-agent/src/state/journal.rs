@@ -1,0 +1,408 @@
+//! The command journal: the persisted replay guard.
+//!
+//! Every state-changing command the node accepts gets an entry, keyed by
+//! the envelope id, written durably *before* the command has any effect.
+//! When the same id arrives again the entry decides what happens:
+//!
+//! - **running**: the work is under way or was interrupted by a crash; it
+//!   resumes (or the new delivery is attached to the running work), never
+//!   starts twice;
+//! - **finished**, and the earlier delivery was never acknowledged (or the
+//!   bus marks this one redelivered): a genuine redelivery, so the stored
+//!   result is published again and the delivery acknowledged;
+//! - **finished** and already acknowledged: somebody published the same
+//!   message again, a replay, refused.
+//!
+//! Ids not in the journal are checked against the time window by the
+//! caller; entries are kept for at least the window (twice it, by
+//! default), so every id still inside the window is remembered. The
+//! journal is bounded: past its capacity the oldest finished entries go
+//! first, as in [`gearshift_proto::ReplayGuard`].
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use chrono::{DateTime, Duration, Utc};
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use super::{StateDir, StateError, list_json, read_json};
+
+/// Sub-directory of journal entries.
+pub const JOURNAL_DIR: &str = "journal";
+
+/// Where a journaled command stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EntryStatus {
+    /// Accepted; its effect is being applied (or was interrupted).
+    Running,
+    /// Done; `result` holds what was published.
+    Finished,
+}
+
+/// A terminal event as published, kept for re-publication.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StoredEvent {
+    /// `event.done` or `event.failed`.
+    pub kind: String,
+    /// The event body.
+    pub body: serde_json::Value,
+}
+
+/// One accepted command.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JournalEntry {
+    /// The command's envelope id.
+    pub id: Uuid,
+    /// The command's kind (`cmd.deactivate`, ...).
+    pub kind: String,
+    /// The command's operation id.
+    #[serde(default)]
+    pub corr: Option<String>,
+    /// The command's `ts`.
+    pub ts: DateTime<Utc>,
+    /// When this node accepted it.
+    pub received_at: DateTime<Utc>,
+    /// Running or finished.
+    pub status: EntryStatus,
+    /// The terminal event, once finished.
+    #[serde(default)]
+    pub result: Option<StoredEvent>,
+    /// Whether a delivery of this id was acknowledged on the bus.
+    #[serde(default)]
+    pub acked: bool,
+    /// The agent process (boot id) that accepted it.
+    pub boot: Uuid,
+}
+
+/// What the journal knows about an id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Seen {
+    /// Never seen (or forgotten after the window).
+    New,
+    /// Accepted and not finished.
+    Running,
+    /// Finished, but no delivery of it was acknowledged: a redelivery.
+    FinishedUnacked,
+    /// Finished and acknowledged.
+    FinishedAcked,
+}
+
+/// The journal, loaded in memory, written through to its directory.
+#[derive(Debug)]
+pub struct Journal {
+    dir: PathBuf,
+    fsync: bool,
+    entries: HashMap<Uuid, JournalEntry>,
+}
+
+impl Journal {
+    /// Loads every entry. Unreadable entries are moved aside (renamed
+    /// `.corrupt-<name>`) and reported in the returned warnings.
+    pub fn load(state: &StateDir) -> Result<(Journal, Vec<String>), StateError> {
+        let dir = state.path().join(JOURNAL_DIR);
+        let mut entries = HashMap::new();
+        let mut warnings = Vec::new();
+        for path in list_json(&dir)? {
+            match read_json::<JournalEntry>(&path) {
+                Ok(Some(e)) if file_id(&path) == Some(e.id) => {
+                    entries.insert(e.id, e);
+                }
+                Ok(Some(_)) | Ok(None) => {}
+                Err(err) => {
+                    warnings.push(err.to_string());
+                    if let Some(name) = path.file_name() {
+                        let aside = dir.join(format!(".corrupt-{}", name.to_string_lossy()));
+                        let _ = std::fs::rename(&path, aside);
+                    }
+                }
+            }
+        }
+        Ok((
+            Journal {
+                dir,
+                fsync: state.fsync(),
+                entries,
+            },
+            warnings,
+        ))
+    }
+
+    fn path(&self, id: &Uuid) -> PathBuf {
+        self.dir.join(format!("{id}.json"))
+    }
+
+    fn persist(&self, e: &JournalEntry) -> Result<(), StateError> {
+        super::write_json(&self.path(&e.id), e, self.fsync)
+    }
+
+    /// The entry for `id`.
+    pub fn get(&self, id: &Uuid) -> Option<&JournalEntry> {
+        self.entries.get(id)
+    }
+
+    /// What the journal knows about `id`.
+    pub fn seen(&self, id: &Uuid) -> Seen {
+        match self.entries.get(id) {
+            None => Seen::New,
+            Some(e) if e.status == EntryStatus::Running => Seen::Running,
+            Some(e) if e.acked => Seen::FinishedAcked,
+            Some(_) => Seen::FinishedUnacked,
+        }
+    }
+
+    /// Records a newly accepted command, durably.
+    pub fn begin(&mut self, entry: JournalEntry) -> Result<(), StateError> {
+        self.persist(&entry)?;
+        self.entries.insert(entry.id, entry);
+        Ok(())
+    }
+
+    /// Marks `id` finished with the event that was (or is about to be) published.
+    pub fn finish(&mut self, id: &Uuid, result: StoredEvent) -> Result<(), StateError> {
+        let Some(mut e) = self.entries.get(id).cloned() else {
+            return Ok(());
+        };
+        e.status = EntryStatus::Finished;
+        e.result = Some(result);
+        self.persist(&e)?;
+        self.entries.insert(e.id, e);
+        Ok(())
+    }
+
+    /// Finishes every running entry of `kind` for operation `corr` (or with
+    /// id `id`): the commands that (re)started one evacuation.
+    pub fn finish_operation(
+        &mut self,
+        kind: &str,
+        corr: Option<&str>,
+        id: &Uuid,
+        result: &StoredEvent,
+    ) -> Result<usize, StateError> {
+        let ids: Vec<Uuid> = self
+            .entries
+            .values()
+            .filter(|e| {
+                e.status == EntryStatus::Running
+                    && e.kind == kind
+                    && (e.id == *id || (corr.is_some() && e.corr.as_deref() == corr))
+            })
+            .map(|e| e.id)
+            .collect();
+        for i in &ids {
+            self.finish(i, result.clone())?;
+        }
+        Ok(ids.len())
+    }
+
+    /// Notes that a delivery of `id` was acknowledged.
+    pub fn mark_acked(&mut self, id: &Uuid) -> Result<(), StateError> {
+        let Some(mut e) = self.entries.get(id).cloned() else {
+            return Ok(());
+        };
+        if e.acked {
+            return Ok(());
+        }
+        e.acked = true;
+        self.persist(&e)?;
+        self.entries.insert(e.id, e);
+        Ok(())
+    }
+
+    /// Entries still running (interrupted by a crash, when called at start).
+    pub fn running(&self) -> Vec<JournalEntry> {
+        let mut v: Vec<_> = self
+            .entries
+            .values()
+            .filter(|e| e.status == EntryStatus::Running)
+            .cloned()
+            .collect();
+        v.sort_by_key(|e| e.received_at);
+        v
+    }
+
+    /// Number of entries.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// True when empty.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Forgets finished entries whose `ts` is older than `retention`, then
+    /// the oldest finished entries beyond `capacity`. Running entries stay,
+    /// except those of quick commands (not `cmd.evacuate`) accepted by an
+    /// earlier process (`boot` differs) and older than `retention`: their
+    /// redelivery can no longer come. Returns how many were removed.
+    pub fn prune(
+        &mut self,
+        now: DateTime<Utc>,
+        retention: Duration,
+        capacity: usize,
+        boot: Uuid,
+    ) -> Result<usize, StateError> {
+        let cutoff = now - retention;
+        let mut finished: Vec<(DateTime<Utc>, Uuid)> = self
+            .entries
+            .values()
+            .filter(|e| {
+                e.status == EntryStatus::Finished
+                    || (e.boot != boot && e.kind != "cmd.evacuate" && e.ts < cutoff)
+            })
+            .map(|e| (e.ts, e.id))
+            .collect();
+        finished.sort();
+        let mut doomed = Vec::new();
+        let mut remaining = self.entries.len();
+        for (ts, id) in finished {
+            if ts < cutoff || remaining > capacity {
+                doomed.push(id);
+                remaining -= 1;
+            } else {
+                break;
+            }
+        }
+        for id in &doomed {
+            let p = self.path(id);
+            match std::fs::remove_file(&p) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => {
+                    return Err(StateError::Io {
+                        path: p,
+                        reason: e.to_string(),
+                    });
+                }
+            }
+            self.entries.remove(id);
+        }
+        Ok(doomed.len())
+    }
+}
+
+fn file_id(path: &Path) -> Option<Uuid> {
+    Uuid::parse_str(path.file_stem()?.to_str()?).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(ts: DateTime<Utc>, kind: &str) -> JournalEntry {
+        JournalEntry {
+            id: Uuid::new_v4(),
+            kind: kind.into(),
+            corr: Some("op".into()),
+            ts,
+            received_at: ts,
+            status: EntryStatus::Running,
+            result: None,
+            acked: false,
+            boot: Uuid::nil(),
+        }
+    }
+
+    fn done() -> StoredEvent {
+        StoredEvent {
+            kind: "event.done".into(),
+            body: serde_json::json!({"x": 1}),
+        }
+    }
+
+    #[test]
+    fn replay_state_persists_across_reload() {
+        let d = tempfile::tempdir().unwrap();
+        let now = Utc::now();
+        let (a, b, c) = (
+            entry(now, "cmd.deactivate"),
+            entry(now, "cmd.evacuate"),
+            entry(now, "cmd.activate"),
+        );
+        {
+            let s = StateDir::open(d.path(), true).unwrap();
+            let (mut j, w) = Journal::load(&s).unwrap();
+            assert!(w.is_empty());
+            j.begin(a.clone()).unwrap();
+            j.begin(b.clone()).unwrap();
+            j.begin(c.clone()).unwrap();
+            j.finish(&a.id, done()).unwrap();
+            j.mark_acked(&a.id).unwrap();
+            j.finish(&c.id, done()).unwrap();
+        }
+        let s = StateDir::open(d.path(), true).unwrap();
+        let (j, _) = Journal::load(&s).unwrap();
+        assert_eq!(j.seen(&a.id), Seen::FinishedAcked);
+        assert_eq!(j.seen(&b.id), Seen::Running);
+        assert_eq!(j.seen(&c.id), Seen::FinishedUnacked);
+        assert_eq!(j.seen(&Uuid::new_v4()), Seen::New);
+        assert_eq!(j.get(&a.id).unwrap().result, Some(done()));
+        assert_eq!(j.running().len(), 1);
+    }
+
+    #[test]
+    fn prune_keeps_running_and_recent_entries() {
+        let d = tempfile::tempdir().unwrap();
+        let s = StateDir::open(d.path(), true).unwrap();
+        let (mut j, _) = Journal::load(&s).unwrap();
+        let now = Utc::now();
+        let old_running = entry(now - Duration::hours(3), "cmd.evacuate");
+        let old_done = entry(now - Duration::hours(3), "cmd.deactivate");
+        let recent_done = entry(now - Duration::minutes(1), "cmd.activate");
+        for e in [&old_running, &old_done, &recent_done] {
+            j.begin(e.clone()).unwrap();
+        }
+        j.finish(&old_done.id, done()).unwrap();
+        j.finish(&recent_done.id, done()).unwrap();
+        assert_eq!(
+            j.prune(now, Duration::minutes(10), 100, Uuid::new_v4())
+                .unwrap(),
+            1
+        );
+        assert_eq!(j.seen(&old_running.id), Seen::Running);
+        assert_eq!(j.seen(&old_done.id), Seen::New);
+        assert_ne!(j.seen(&recent_done.id), Seen::New);
+        assert!(
+            !d.path()
+                .join(JOURNAL_DIR)
+                .join(format!("{}.json", old_done.id))
+                .exists()
+        );
+    }
+
+    #[test]
+    fn prune_bounds_the_journal_oldest_first() {
+        let d = tempfile::tempdir().unwrap();
+        let s = StateDir::open(d.path(), false).unwrap();
+        let (mut j, _) = Journal::load(&s).unwrap();
+        let now = Utc::now();
+        let mut ids = Vec::new();
+        for i in 0..20 {
+            let e = entry(now - Duration::seconds(100 - i), "cmd.activate");
+            ids.push(e.id);
+            j.begin(e.clone()).unwrap();
+            j.finish(&e.id, done()).unwrap();
+        }
+        j.prune(now, Duration::hours(1), 5, Uuid::nil()).unwrap();
+        assert_eq!(j.len(), 5);
+        assert_eq!(j.seen(&ids[0]), Seen::New);
+        assert_ne!(j.seen(&ids[19]), Seen::New);
+    }
+
+    #[test]
+    fn corrupt_entries_are_set_aside() {
+        let d = tempfile::tempdir().unwrap();
+        let s = StateDir::open(d.path(), true).unwrap();
+        let bad = d
+            .path()
+            .join(JOURNAL_DIR)
+            .join(format!("{}.json", Uuid::new_v4()));
+        std::fs::write(&bad, b"{\"id\":").unwrap();
+        let (j, w) = Journal::load(&s).unwrap();
+        assert!(j.is_empty());
+        assert_eq!(w.len(), 1);
+        assert!(!bad.exists());
+    }
+}

@@ -1,0 +1,269 @@
+//! Message bodies of protocol v1, one module per family, and [`Message`], the
+//! typed union that an [`Envelope`](crate::Envelope) carries.
+//!
+//! Every body is a plain JSON object. Receivers ignore fields they do not know,
+//! so a later minor revision may add optional fields without breaking v1 peers.
+
+mod admin;
+mod command;
+mod decision;
+mod event;
+mod placement;
+mod report;
+
+pub use admin::*;
+pub use command::*;
+pub use decision::*;
+pub use event::*;
+pub use placement::*;
+pub use report::*;
+
+use serde::{Serialize, de::DeserializeOwned};
+use serde_json::Value;
+
+use crate::error::ProtoError;
+
+/// Who may send a message of some kind; checked against the role of the key that signed it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// The broker agent: signs commands, decisions, explanations and replies.
+    Broker,
+    /// A node agent: signs reports, events and pongs.
+    Node,
+    /// A human operator's CLI (`gearshift-broker status|evacuate|...`).
+    Operator,
+    /// A third-party client such as the PaaS broker asking for placement.
+    Client,
+}
+
+impl Role {
+    /// The lowercase name used in key files and logs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Broker => "broker",
+            Role::Node => "node",
+            Role::Operator => "operator",
+            Role::Client => "client",
+        }
+    }
+}
+
+impl std::fmt::Display for Role {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for Role {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "broker" => Ok(Role::Broker),
+            "node" => Ok(Role::Node),
+            "operator" => Ok(Role::Operator),
+            "client" => Ok(Role::Client),
+            other => Err(format!(
+                "unknown role {other:?} (expected broker, node, operator or client)"
+            )),
+        }
+    }
+}
+
+macro_rules! kinds {
+    ($( $(#[$doc:meta])* $variant:ident($body:ty) = $name:literal, roles [$($role:ident),+] ;)+) => {
+        /// The `kind` field: which body the envelope carries.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum Kind {
+            $( $(#[$doc])* $variant, )+
+        }
+
+        impl Kind {
+            /// Every kind of protocol v1.
+            pub const ALL: &'static [Kind] = &[$(Kind::$variant),+];
+
+            /// The wire name, for example `cmd.evacuate`.
+            pub fn as_str(self) -> &'static str {
+                match self { $(Kind::$variant => $name,)+ }
+            }
+
+            /// Parses a wire name.
+            pub fn parse(s: &str) -> Result<Kind, ProtoError> {
+                match s {
+                    $($name => Ok(Kind::$variant),)+
+                    other => Err(ProtoError::UnknownKind(other.chars().take(64).collect())),
+                }
+            }
+
+            /// The roles whose keys may sign a message of this kind.
+            pub fn allowed_roles(self) -> &'static [Role] {
+                match self { $(Kind::$variant => &[$(Role::$role),+],)+ }
+            }
+        }
+
+        /// A typed message: a kind and its body.
+        #[derive(Debug, Clone, PartialEq)]
+        pub enum Message {
+            $( $(#[$doc])* $variant($body), )+
+        }
+
+        impl Message {
+            /// The kind of this message.
+            pub fn kind(&self) -> Kind {
+                match self { $(Message::$variant(_) => Kind::$variant,)+ }
+            }
+
+            /// The body as a JSON value.
+            pub fn body_value(&self) -> Value {
+                match self { $(Message::$variant(b) => to_value(b),)+ }
+            }
+
+            /// Builds a typed message from a kind and a JSON body.
+            pub fn from_parts(kind: Kind, body: Value) -> Result<Message, ProtoError> {
+                match kind { $(Kind::$variant => from_value::<$body>(kind, body).map(Message::$variant),)+ }
+            }
+        }
+
+        $(
+            impl From<$body> for Message {
+                fn from(b: $body) -> Message { Message::$variant(b) }
+            }
+        )+
+    };
+}
+
+kinds! {
+    /// `report`: a node's capacity report.
+    Report(NodeReport) = "report", roles [Node];
+    /// `cmd.deactivate`: stop placing gears on the node.
+    Deactivate(Deactivate) = "cmd.deactivate", roles [Broker, Operator];
+    /// `cmd.activate`: accept gears again.
+    Activate(Activate) = "cmd.activate", roles [Broker, Operator];
+    /// `cmd.evacuate`: move a list of gears to their targets.
+    Evacuate(Evacuate) = "cmd.evacuate", roles [Broker, Operator];
+    /// `cmd.remove`: run the node's configured removal action, then stop.
+    Remove(Remove) = "cmd.remove", roles [Broker, Operator];
+    /// `cmd.ping`: answer with a `pong` (directed or broadcast on `ping`).
+    Ping(Ping) = "cmd.ping", roles [Broker, Operator, Client];
+    /// `cmd.heat_signal`: send a Heat signal with the node's own credentials.
+    HeatSignal(HeatSignal) = "cmd.heat_signal", roles [Broker, Operator];
+    /// `cmd.inventory`: list the node's gears.
+    Inventory(InventoryRequest) = "cmd.inventory", roles [Broker, Operator];
+    /// `event.ack`: a command was accepted and its effect is being applied.
+    Ack(Ack) = "event.ack", roles [Node];
+    /// `event.progress`: evacuation progress after a gear finished.
+    Progress(Progress) = "event.progress", roles [Node];
+    /// `event.done`: a command finished successfully.
+    Done(Done) = "event.done", roles [Node];
+    /// `event.failed`: a command failed.
+    Failed(Failed) = "event.failed", roles [Node];
+    /// `event.refused`: a command was refused before anything happened.
+    Refused(Refused) = "event.refused", roles [Node];
+    /// `pong`: answer to `cmd.ping`.
+    Pong(Pong) = "pong", roles [Node, Broker];
+    /// `decision`: a decision of the broker agent.
+    Decision(Decision) = "decision", roles [Broker];
+    /// `explain`: why an evaluation did or did not scale a node group.
+    Explain(Explanation) = "explain", roles [Broker];
+    /// `placement.request`: where should a new gear go?
+    PlacementRequest(PlacementRequest) = "placement.request", roles [Client, Operator, Broker];
+    /// `placement.reply`: the chosen node, or a refusal with its reason.
+    PlacementReply(PlacementReply) = "placement.reply", roles [Broker];
+    /// `admin.request`: an operator command to the broker agent.
+    AdminRequest(AdminRequest) = "admin.request", roles [Operator, Broker];
+    /// `admin.reply`: the broker agent's answer to an operator command.
+    AdminReply(AdminReply) = "admin.reply", roles [Broker];
+}
+
+impl Kind {
+    /// True for the commands a broker agent sends to one node (`cmd.*`).
+    pub fn is_command(self) -> bool {
+        self.as_str().starts_with("cmd.")
+    }
+
+    /// True for the events a node publishes about its commands (`event.*`).
+    pub fn is_node_event(self) -> bool {
+        self.as_str().starts_with("event.")
+    }
+}
+
+impl std::fmt::Display for Kind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+fn to_value<T: Serialize>(b: &T) -> Value {
+    // Bodies are plain data (strings, integers, finite floats, maps with string
+    // keys), for which serde_json serialization cannot fail.
+    serde_json::to_value(b).unwrap_or(Value::Null)
+}
+
+fn from_value<T: DeserializeOwned + Validate>(kind: Kind, body: Value) -> Result<T, ProtoError> {
+    let b: T = serde_json::from_value(body).map_err(|e| ProtoError::Body {
+        kind: kind.as_str().to_string(),
+        reason: e.to_string(),
+    })?;
+    b.validate().map_err(|reason| ProtoError::Body {
+        kind: kind.as_str().to_string(),
+        reason,
+    })?;
+    Ok(b)
+}
+
+/// Bounds every body checks after decoding, beyond what its type expresses.
+pub trait Validate {
+    /// Returns a human-readable reason when the body is out of bounds.
+    fn validate(&self) -> Result<(), String> {
+        Ok(())
+    }
+}
+
+/// Longest node, gear, district or profile name accepted (bytes).
+pub const MAX_NAME: usize = 255;
+/// Most moves one `cmd.evacuate` may carry.
+pub const MAX_MOVES: usize = 20_000;
+/// Most entries in any other list of a body (gears, nodes, results).
+pub const MAX_LIST: usize = 100_000;
+/// Longest free-text field (reasons, errors, details), in bytes.
+pub const MAX_TEXT: usize = 16 * 1024;
+
+pub(crate) fn check_name(field: &str, s: &str) -> Result<(), String> {
+    if s.is_empty() {
+        return Err(format!("{field} is empty"));
+    }
+    if s.len() > MAX_NAME {
+        return Err(format!(
+            "{field} is {} bytes long (limit {MAX_NAME})",
+            s.len()
+        ));
+    }
+    if s.chars().any(|c| c.is_control()) {
+        return Err(format!("{field} contains control characters"));
+    }
+    Ok(())
+}
+
+pub(crate) fn check_opt_name(field: &str, s: &Option<String>) -> Result<(), String> {
+    match s {
+        Some(s) => check_name(field, s),
+        None => Ok(()),
+    }
+}
+
+pub(crate) fn check_text(field: &str, s: &str) -> Result<(), String> {
+    if s.len() > MAX_TEXT {
+        return Err(format!(
+            "{field} is {} bytes long (limit {MAX_TEXT})",
+            s.len()
+        ));
+    }
+    Ok(())
+}
+
+pub(crate) fn check_len<T>(field: &str, v: &[T], max: usize) -> Result<(), String> {
+    if v.len() > max {
+        return Err(format!("{field} has {} entries (limit {max})", v.len()));
+    }
+    Ok(())
+}

@@ -1,0 +1,124 @@
+//! Key files: the agent's own signing key and the public keys it trusts.
+
+use std::path::{Path, PathBuf};
+
+use gearshift_proto::msg::Role;
+use gearshift_proto::sign::{KeyPair, Keyring, public_from_pem};
+use thiserror::Error;
+
+/// Why keys could not be loaded or written.
+#[derive(Debug, Error)]
+pub enum KeyFileError {
+    /// The file could not be read or written.
+    #[error("{path}: {reason}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
+    /// The file does not hold a key of the expected form.
+    #[error("{path}: {reason}")]
+    Format {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
+}
+
+fn read(path: &Path) -> Result<String, KeyFileError> {
+    std::fs::read_to_string(path).map_err(|e| KeyFileError::Io {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    })
+}
+
+/// Reads a PKCS#8 PEM private key.
+pub fn load_keypair(path: &Path) -> Result<KeyPair, KeyFileError> {
+    KeyPair::from_pem(&read(path)?).map_err(|e| KeyFileError::Format {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    })
+}
+
+/// Adds the public key in `path` (SubjectPublicKeyInfo PEM) to `ring` with `role`.
+pub fn trust(ring: &mut Keyring, path: &Path, role: Role) -> Result<String, KeyFileError> {
+    let key = public_from_pem(&read(path)?).map_err(|e| KeyFileError::Format {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    })?;
+    Ok(ring.add(key, role, path.display().to_string()))
+}
+
+/// Builds a keyring from `(role, path)` pairs.
+pub fn load_keyring<'a>(
+    entries: impl IntoIterator<Item = (Role, &'a Path)>,
+) -> Result<Keyring, KeyFileError> {
+    let mut ring = Keyring::new();
+    for (role, path) in entries {
+        trust(&mut ring, path, role)?;
+    }
+    Ok(ring)
+}
+
+/// Writes a new key pair as `<stem>.key` (mode 0600) and `<stem>.pub`;
+/// refuses to overwrite an existing private key unless `force`.
+pub fn write_keypair(
+    dir: &Path,
+    stem: &str,
+    force: bool,
+) -> Result<(PathBuf, PathBuf, KeyPair), KeyFileError> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+
+    let io = |path: &Path, e: std::io::Error| KeyFileError::Io {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    };
+    std::fs::create_dir_all(dir).map_err(|e| io(dir, e))?;
+    let key_path = dir.join(format!("{stem}.key"));
+    let pub_path = dir.join(format!("{stem}.pub"));
+    let pair = KeyPair::generate().map_err(|e| KeyFileError::Format {
+        path: key_path.clone(),
+        reason: e.to_string(),
+    })?;
+    let mut opts = std::fs::OpenOptions::new();
+    opts.write(true).mode(0o600);
+    if force {
+        opts.create(true).truncate(true);
+    } else {
+        opts.create_new(true);
+    }
+    let mut f = opts.open(&key_path).map_err(|e| io(&key_path, e))?;
+    f.write_all(pair.to_pem().as_bytes())
+        .map_err(|e| io(&key_path, e))?;
+    f.sync_all().map_err(|e| io(&key_path, e))?;
+    std::fs::write(&pub_path, pair.public_pem()).map_err(|e| io(&pub_path, e))?;
+    Ok((key_path, pub_path, pair))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn write_then_load() {
+        let dir = tempfile::tempdir().unwrap();
+        let (k, p, pair) = write_keypair(dir.path(), "broker", false).unwrap();
+        assert_eq!(load_keypair(&k).unwrap().id(), pair.id());
+        let ring = load_keyring([(Role::Broker, p.as_path())]).unwrap();
+        assert!(ring.get(pair.id()).is_some());
+        assert!(
+            write_keypair(dir.path(), "broker", false).is_err(),
+            "no silent overwrite"
+        );
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(
+            std::fs::metadata(&k).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+        let e = load_keypair(&p).unwrap_err().to_string();
+        assert!(e.contains("broker.pub"), "{e}");
+    }
+}
