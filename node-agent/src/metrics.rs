@@ -40,8 +40,12 @@ pub struct Metrics {
     pub report_errors: Counter,
     /// Commands by kind and outcome.
     pub commands: Family<CommandLabels, Counter>,
-    /// Refused messages by reason.
+    /// Refused messages addressed to this node, by reason.
     pub refused: Family<ReasonLabels, Counter>,
+    /// Refused fleet-wide broadcasts (pings), by reason. Kept apart from
+    /// `refused`: a stranger on the broadcast exchange is not a command
+    /// this node was sent.
+    pub broadcast_refused: Family<ReasonLabels, Counter>,
     /// Gears of the current evacuation by state (moved, failed, remaining).
     pub evacuation_gears: Family<StateLabels, Gauge>,
     /// Finished gear moves by outcome.
@@ -85,8 +89,13 @@ impl Metrics {
         );
         r.register(
             "refused",
-            "Refused messages, by reason",
+            "Refused messages addressed to this node, by reason",
             self.refused.clone(),
+        );
+        r.register(
+            "broadcast_refused",
+            "Refused broadcast messages, by reason",
+            self.broadcast_refused.clone(),
         );
         r.register(
             "evacuation_gears",
@@ -149,9 +158,18 @@ impl Metrics {
             .inc();
     }
 
-    /// Counts a refused message.
+    /// Counts a refused message addressed to this node.
     pub fn refused(&self, reason: &str) {
         self.refused
+            .get_or_create(&ReasonLabels {
+                reason: reason.to_string(),
+            })
+            .inc();
+    }
+
+    /// Counts a refused broadcast message.
+    pub fn broadcast_refused(&self, reason: &str) {
+        self.broadcast_refused
             .get_or_create(&ReasonLabels {
                 reason: reason.to_string(),
             })
@@ -176,6 +194,7 @@ mod tests {
     fn encodes_with_labels() {
         let m = Metrics::default();
         m.refused("bad_signature");
+        m.broadcast_refused("unknown_key");
         m.command("cmd.deactivate", "done");
         m.reports_sent.inc();
         let reg = m.registry();
@@ -183,6 +202,10 @@ mod tests {
         prometheus_client::encoding::text::encode(&mut out, &reg.lock().unwrap()).unwrap();
         assert!(
             out.contains("gearshift_node_refused_total{reason=\"bad_signature\"} 1"),
+            "{out}"
+        );
+        assert!(
+            out.contains("gearshift_node_broadcast_refused_total{reason=\"unknown_key\"} 1"),
             "{out}"
         );
         assert!(

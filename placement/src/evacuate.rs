@@ -86,11 +86,19 @@ impl Engine {
             .clone()
             .unwrap_or_else(|| "(no district)".to_string());
         // Working copies whose gear counts grow as the plan assigns gears.
+        // The victim is never a target: it leaves the working set up front.
+        // Filter 6 runs before filter 7 (the seed's order), so a victim kept
+        // as a scaled application's only unused node would otherwise be
+        // dropped by the move filter afterwards and refuse a gear that fits
+        // elsewhere.
+        let target = |n: &&NodeProperties| {
+            n.name != req.victim && (req.district.is_none() || n.district_id == req.district)
+        };
         let unknown_room = req
             .candidates
             .iter()
+            .filter(target)
             .filter(|n| n.gears_active.is_none() || n.max_active_gears.is_none())
-            .filter(|n| req.district.is_none() || n.district_id == req.district)
             .count();
         // Nodes of other districts would all fall to the move filter: leave
         // them out of the working set up front, which keeps a plan over a
@@ -98,8 +106,8 @@ impl Engine {
         let mut nodes: Vec<NodeProperties> = req
             .candidates
             .iter()
+            .filter(target)
             .filter(|n| n.gears_active.is_some() && n.max_active_gears.is_some())
-            .filter(|n| req.district.is_none() || n.district_id == req.district)
             .cloned()
             .collect();
         let mut per_app: HashMap<&str, usize> = HashMap::new();

@@ -224,7 +224,7 @@ fn plan_keeps_the_district_and_counts_room_including_its_own_moves() {
             assert_eq!(gear, "g3");
             assert_eq!(district, "d1");
             assert!(
-                reason.contains("full") && reason.contains("move"),
+                reason.contains("3 full") && reason.contains("1 inactive"),
                 "{reason}"
             );
         }
@@ -268,6 +268,34 @@ fn plan_spreads_an_apps_gears_and_refuses_opted_out_gears() {
         engine(StrategyName::First).plan_evacuation(&evac(vec![], candidates)),
         Ok(vec![])
     );
+}
+
+#[test]
+fn a_victim_with_room_does_not_take_the_spread_of_an_apps_gears() {
+    // Found by the property test: the victim (room left, no gear of the app
+    // yet in this plan) was the only node filter 6 kept for the app's second
+    // gear, and filter 7 then dropped it, refusing a gear that fits on t1.
+    let candidates = vec![n("victim", "d1", 0, 1), n("t1", "d1", 0, 8)];
+    let gears: Vec<GearInfo> = (0..8)
+        .map(|i| {
+            gear(
+                &format!("g{i}"),
+                Some(["a", "b"][i % 2]),
+                GearState::Started,
+            )
+        })
+        .collect();
+    for s in [
+        StrategyName::MostFreeMemory,
+        StrategyName::Default,
+        StrategyName::First,
+    ] {
+        let moves = engine(s)
+            .plan_evacuation(&evac(gears.clone(), candidates.clone()))
+            .unwrap();
+        assert_eq!(moves.len(), 8, "{s}");
+        assert!(moves.iter().all(|m| m.target == "t1"), "{s}: {moves:?}");
+    }
 }
 
 #[test]

@@ -176,6 +176,9 @@ pub async fn refusals(url: &str) {
                 reason: reason.into(),
             })
             .get();
+        // Exactly once: refused_total counts messages sent to this node;
+        // strangers on the broadcast exchange (other tests' forged pings)
+        // go to broadcast_refused_total.
         assert_eq!(n, 1, "refused_total{{reason={reason}}}");
     }
     running.stop().await;
@@ -567,6 +570,14 @@ pub async fn pings(url: &str) {
         })
         .count();
     assert_eq!(from_node, 0, "a forged ping gets no pong");
+    // Counted as a refused broadcast (at least once: other tests' nodes and
+    // pings share the broadcast exchange), not as a refused command.
+    let m = running.agent.metrics();
+    let unknown = gearshift_node::metrics::ReasonLabels {
+        reason: "unknown_key".into(),
+    };
+    assert!(m.broadcast_refused.get_or_create(&unknown).get() >= 1);
+    assert_eq!(m.refused.get_or_create(&unknown).get(), 0);
     running.stop().await;
 }
 

@@ -165,7 +165,7 @@ impl Inner {
 
     fn refuse_quietly(&self, reason: &str, detail: &str) {
         use gearshift_service::ratelimit::Verdict;
-        self.metrics.refused(reason);
+        self.metrics.broadcast_refused(reason);
         match lock(&self.refusal_log).check(reason, std::time::Instant::now()) {
             Verdict::Log { suppressed } => tracing::warn!(
                 reason,
