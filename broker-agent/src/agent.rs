@@ -24,7 +24,9 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use gearshift_bus::{ConsumeOptions, Delivery, OutMessage, QueueSpec, SharedBus, Subscription};
+use gearshift_bus::{
+    BusError, ConsumeOptions, Delivery, OutMessage, QueueSpec, SharedBus, Subscription,
+};
 use gearshift_handlers::{FleetView, GroupKey, Handler, HandlerError};
 use gearshift_proto::msg::{AdminReply, AdminRequest, Message, NodeProperties, Pong, Role};
 use gearshift_proto::sign::{Keyring, TimePolicy, authenticate};
@@ -47,6 +49,8 @@ pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
 /// Most node events handled in one journal commit.
 const EVENT_BATCH: usize = 256;
+/// Reports in flight from the bounded report queue (see `report_backlog`).
+const REPORT_PREFETCH: u16 = 1024;
 
 /// Why the agent could not be built or stopped running.
 #[derive(Debug, Error)]
@@ -421,7 +425,9 @@ impl Agent {
                 }
                 d = next(&mut subs.reports) => match d {
                     Some(d) => {
-                        self.on_report_delivery(&mut core, &mut st, d).await?;
+                        self.on_report_delivery(&mut core, &mut st, &d).await?;
+                        // A report is soft state: handled or refused, it is done.
+                        ack(d).await;
                         // A report that showed pressure with no delay to wait:
                         // evaluate now rather than at the next tick.
                         let now = Utc::now();
@@ -512,7 +518,45 @@ impl Agent {
             }
         }
         if subs.reports.is_none() {
-            match bus.subscribe(routing::ALL_REPORTS).await {
+            let backlog = self.cfg.agent.report_backlog;
+            let bounded = if backlog == 0 {
+                None
+            } else {
+                let spec = QueueSpec::transient(
+                    format!(
+                        "gearshift.broker.reports.{}",
+                        &uuid::Uuid::new_v4().simple().to_string()[..12]
+                    ),
+                    vec![routing::ALL_REPORTS.into()],
+                )
+                .with_max_length(backlog);
+                match bus
+                    .consume(
+                        &spec,
+                        ConsumeOptions {
+                            prefetch: REPORT_PREFETCH,
+                        },
+                    )
+                    .await
+                {
+                    Ok(s) => Some(Ok(s)),
+                    // A bus that cannot bind a queue of its own (ActiveMQ over
+                    // STOMP) keeps the plain subscription.
+                    Err(BusError::Invalid(why)) => {
+                        tracing::warn!(
+                            reason = %why,
+                            "reports are read without a backlog bound on this bus"
+                        );
+                        None
+                    }
+                    Err(e) => Some(Err(e)),
+                }
+            };
+            let r = match bounded {
+                Some(r) => r,
+                None => bus.subscribe(routing::ALL_REPORTS).await,
+            };
+            match r {
                 Ok(s) => subs.reports = Some(s),
                 Err(e) => tracing::warn!(error = %e, "cannot subscribe to reports yet; retrying"),
             }
@@ -594,7 +638,7 @@ impl Agent {
         &self,
         core: &mut Core,
         st: &mut RunState,
-        d: Delivery,
+        d: &Delivery,
     ) -> Result2<()> {
         let now = Utc::now();
         let decoded = match Envelope::decode(&d.payload) {

@@ -141,6 +141,7 @@ pub async fn ping(
         name: queue.clone(),
         bindings: vec![],
         durability: gearshift_bus::Durability::Transient,
+        max_length: None,
     };
     let mut replies = bus
         .consume(&spec, gearshift_bus::ConsumeOptions { prefetch: 1024 })

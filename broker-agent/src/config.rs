@@ -90,6 +90,13 @@ pub struct AgentSection {
     pub placement_queue: String,
     /// Routing key placement requests are published with. Default `placement.request`.
     pub placement_key: String,
+    /// At most this many node reports wait for the agent on the bus. Reports
+    /// are read from this process's own transient queue (bound to
+    /// `report.#`, acknowledged, 1,024 in flight); when the agent falls
+    /// behind, the oldest waiting reports are dropped there (a node's next
+    /// report supersedes them) instead of piling up in the agent's memory.
+    /// `0`: no bound (an unacknowledged subscription). Default `50000`.
+    pub report_backlog: u32,
 }
 
 impl Default for AgentSection {
@@ -104,6 +111,7 @@ impl Default for AgentSection {
             placement_service: true,
             placement_queue: gearshift_placement::service::QUEUE.into(),
             placement_key: gearshift_proto::routing::PLACEMENT.into(),
+            report_backlog: 50_000,
         }
     }
 }

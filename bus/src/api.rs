@@ -65,6 +65,16 @@ pub struct QueueSpec {
     pub bindings: Vec<String>,
     /// Lifetime.
     pub durability: Durability,
+    /// At most this many messages wait in the queue (RabbitMQ's
+    /// `x-max-length`, ready messages only, as the server counts them); a
+    /// message arriving at a full queue pushes out the oldest waiting one
+    /// (`x-overflow: drop-head`). `None`: unbounded. Meant for messages a
+    /// newer one makes obsolete, such as capacity reports; only a consumer
+    /// with acknowledgements and a prefetch (see [`Bus::consume`]) leaves
+    /// the backlog in the queue where the bound applies.
+    ///
+    /// [`Bus::consume`]: crate::Bus::consume
+    pub max_length: Option<u32>,
 }
 
 impl QueueSpec {
@@ -74,7 +84,24 @@ impl QueueSpec {
             name: name.into(),
             bindings,
             durability: Durability::Durable,
+            max_length: None,
         }
+    }
+
+    /// A transient queue bound to `bindings`: this connection's own, deleted
+    /// when it ends (declared again on reconnection).
+    pub fn transient(name: impl Into<String>, bindings: Vec<String>) -> Self {
+        QueueSpec {
+            durability: Durability::Transient,
+            ..Self::durable(name, bindings)
+        }
+    }
+
+    /// The same queue, holding at most `max` waiting messages (the oldest go
+    /// first); see [`QueueSpec::max_length`].
+    pub fn with_max_length(mut self, max: u32) -> Self {
+        self.max_length = Some(max);
+        self
     }
 
     /// A node's durable command queue, bound to `cmd.<node>`.

@@ -49,6 +49,7 @@ struct Consumer {
 
 struct Queue {
     durability: Durability,
+    max_length: Option<u32>,
     bindings: Vec<String>,
     owner: Option<u64>,
     ready: VecDeque<Stored>,
@@ -200,6 +201,12 @@ fn stored(msg: &OutMessage) -> Stored {
 fn enqueue(inner: &Arc<Inner>, st: &mut State, name: &str, m: Stored) {
     if let Some(q) = st.queues.get_mut(name) {
         q.ready.push_back(m);
+        // A bounded queue drops its oldest waiting messages (drop-head).
+        if let Some(max) = q.max_length {
+            while q.ready.len() > max as usize {
+                q.ready.pop_front();
+            }
+        }
         dispatch(inner, st, name);
     }
 }
@@ -432,6 +439,7 @@ impl MemoryBus {
         }
         let q = st.queues.entry(spec.name.clone()).or_insert_with(|| Queue {
             durability: spec.durability,
+            max_length: spec.max_length,
             bindings: vec![],
             owner: (spec.durability == Durability::Transient).then_some(self.conn),
             ready: VecDeque::new(),
@@ -443,6 +451,13 @@ impl MemoryBus {
             return Err(BusError::Server(format!(
                 "queue {} exists with durability {:?}",
                 spec.name, q.durability
+            )));
+        }
+        if q.max_length != spec.max_length {
+            // RabbitMQ refuses an inequivalent x-max-length the same way.
+            return Err(BusError::Server(format!(
+                "queue {} exists with max_length {:?}",
+                spec.name, q.max_length
             )));
         }
         for b in &spec.bindings {
@@ -537,6 +552,7 @@ impl Bus for MemoryBus {
             name: format!("amq.gen-{}", uuid::Uuid::new_v4().simple()),
             bindings: vec![pattern.to_string()],
             durability: Durability::Transient,
+            max_length: None,
         };
         self.add_consumer(&spec, SUBSCRIPTION_BUFFER, true)
     }

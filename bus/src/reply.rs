@@ -57,6 +57,7 @@ impl ReplyRouter {
                     name: queue.clone(),
                     bindings: vec![],
                     durability: Durability::Transient,
+                    max_length: None,
                 };
                 let mut sub = bus
                     .consume(&spec, ConsumeOptions { prefetch: 1024 })

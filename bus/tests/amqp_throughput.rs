@@ -33,6 +33,7 @@ async fn publish_throughput() {
         name: format!("gearshift.bench.{t}"),
         bindings: vec![format!("{t}.#")],
         durability: gearshift_bus::Durability::Transient,
+        max_length: None,
     };
     bus.declare_queue(&spec).await.unwrap();
     let payload = vec![b'x'; 512];

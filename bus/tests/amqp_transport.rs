@@ -484,6 +484,7 @@ async fn dropped_subscriptions_are_not_restored_after_a_reconnect() {
         name: format!("gearshift.test.{t}.transient"),
         bindings: vec![format!("{t}.watch")],
         durability: Durability::Transient,
+        max_length: None,
     };
     let durable_sub = bus.consume(&spec, ConsumeOptions::default()).await.unwrap();
     let transient_sub = bus

@@ -123,6 +123,7 @@ async fn transient_queue_is_exclusive_to_its_connection() {
         name: format!("gearshift.reply.{t}"),
         bindings: vec![],
         durability: gearshift_bus::Durability::Transient,
+        max_length: None,
     };
     let sub = bus
         .consume(&reply, ConsumeOptions::default())

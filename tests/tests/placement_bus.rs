@@ -124,6 +124,7 @@ async fn start(url: &str, cfg: PlacementConfig) -> Harness {
             name: format!("gearshift.test.placement.{id}"),
             bindings: vec![key.clone()],
             durability: Durability::Transient,
+            max_length: None,
         },
         ready: Some(ready.clone()),
         ..Default::default()
@@ -385,6 +386,7 @@ async fn wrong_role_is_refused(url: &str) {
                 name: format!("gearshift.test.placement.{id}"),
                 bindings: vec![key.clone()],
                 durability: Durability::Transient,
+                max_length: None,
             },
             ready: Some(ready.clone()),
             ..Default::default()

@@ -14,7 +14,7 @@ use lapin::options::{
     QueueDeclareOptions,
 };
 use lapin::protocol::{AMQPErrorKind, AMQPSoftError};
-use lapin::types::FieldTable;
+use lapin::types::{AMQPValue, FieldTable};
 use lapin::{Channel, Consumer};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -91,8 +91,10 @@ impl Topology {
                 name: spec.name.clone(),
                 bindings: vec![],
                 durability: spec.durability,
+                max_length: spec.max_length,
             });
         entry.durability = spec.durability;
+        entry.max_length = spec.max_length;
         for b in &spec.bindings {
             if !entry.bindings.contains(b) {
                 entry.bindings.push(b.clone());
@@ -189,13 +191,29 @@ fn failure(e: lapin::Error, endpoint: &str, context: &str) -> Failure {
     Failure { err, locked }
 }
 
+/// The optional arguments of a queue declaration: its length bound.
+fn queue_arguments(spec: &QueueSpec) -> FieldTable {
+    let mut args = FieldTable::default();
+    if let Some(max) = spec.max_length {
+        args.insert(
+            "x-max-length".into(),
+            AMQPValue::LongLongInt(i64::from(max)),
+        );
+        args.insert(
+            "x-overflow".into(),
+            AMQPValue::LongString("drop-head".into()),
+        );
+    }
+    args
+}
+
 /// Declares a queue and its bindings on `ch`.
 async fn declare_on(ch: &Channel, spec: &QueueSpec, endpoint: &str) -> Result<(), Failure> {
     let context = format!("queue {:?}", spec.name);
     ch.queue_declare(
         spec.name.as_str().into(),
         declare_options(spec.durability),
-        FieldTable::default(),
+        queue_arguments(spec),
     )
     .await
     .map_err(|e| failure(e, endpoint, &context))?;

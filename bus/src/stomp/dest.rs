@@ -261,6 +261,10 @@ pub fn queue_subscribes(
                 h.push(("durable".to_string(), durable.to_string()));
                 h.push(("auto-delete".to_string(), "false".to_string()));
                 h.push(("exclusive".to_string(), exclusive.to_string()));
+                if let Some(max) = spec.max_length {
+                    h.push(("x-max-length".to_string(), max.to_string()));
+                    h.push(("x-overflow".to_string(), "drop-head".to_string()));
+                }
                 h
             };
             if spec.bindings.is_empty() {
@@ -279,6 +283,13 @@ pub fn queue_subscribes(
                 .collect())
         }
         StompFlavor::ActiveMq => {
+            if spec.max_length.is_some() {
+                return Err(BusError::Invalid(format!(
+                    "ActiveMQ cannot bound queue {:?} from the client; set a pending \
+                     message limit in the broker's configuration instead",
+                    spec.name
+                )));
+            }
             for b in &spec.bindings {
                 let fits = command_node(b)
                     .is_some_and(|node| spec.name == format!("{NODE_QUEUE_PREFIX}{node}"));
@@ -379,6 +390,7 @@ mod tests {
             name: "gearshift.reply.abc".into(),
             bindings: vec![],
             durability: Durability::Transient,
+            max_length: None,
         };
         let subs = queue_subscribes(RabbitMq, &reply).unwrap();
         assert_eq!(subs[0].destination, "/queue/gearshift.reply.abc");

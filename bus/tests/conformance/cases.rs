@@ -338,6 +338,56 @@ pub async fn prefetch_bounds_unacked_deliveries(h: &dyn Harness) {
     bus.close().await;
 }
 
+pub async fn a_bounded_queue_keeps_the_newest(h: &dyn Harness) {
+    let t = uniq();
+    // One binding: on STOMP every further binding is one more consumer of
+    // the queue, each with its own prefetch.
+    let spec = QueueSpec::transient(format!("gearshift.test.{t}"), vec![format!("{t}.w")])
+        .with_max_length(3);
+    let bus = h.bus("bounded").await;
+    let mut sub = bus
+        .consume(&spec, ConsumeOptions { prefetch: 1 })
+        .await
+        .unwrap();
+    // Wait until the bindings are live, acknowledging every probe.
+    let mut live = false;
+    for _ in 0..50 {
+        bus.publish(OutMessage::new(format!("{t}.w"), "probe"))
+            .await
+            .unwrap();
+        if let Ok(Some(d)) = sub.next_timeout(Duration::from_millis(200)).await {
+            d.ack().await.unwrap();
+            live = true;
+            break;
+        }
+    }
+    assert!(live, "the bounded queue never became live");
+    while let Ok(Some(d)) = sub.next_timeout(Duration::from_millis(200)).await {
+        assert_eq!(text(&d), "probe");
+        d.ack().await.unwrap();
+    }
+    // The consumer holds "0" (prefetch 1) while 1..=9 arrive: only the
+    // newest three wait in the queue, the others were dropped from its head.
+    for i in 0..10 {
+        bus.publish(OutMessage::new(format!("{t}.w"), format!("{i}")))
+            .await
+            .unwrap();
+    }
+    let first = recv(&mut sub).await;
+    assert_eq!(text(&first), "0");
+    first.ack().await.unwrap();
+    let mut rest = vec![];
+    for _ in 0..3 {
+        let d = recv(&mut sub).await;
+        rest.push(text(&d));
+        d.ack().await.unwrap();
+    }
+    assert_eq!(rest, ["7", "8", "9"]);
+    assert_quiet(&mut sub).await;
+    drop(sub);
+    bus.close().await;
+}
+
 pub async fn oversized_and_invalid_inputs_are_refused(h: &dyn Harness) {
     let bus = h.bus("limits").await;
     let huge = Bytes::from(vec![b'x'; 64 * 1024 * 1024]);

@@ -52,6 +52,10 @@ macro_rules! conformance {
                 cases::prefetch_bounds_unacked_deliveries(&$harness).await;
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn a_bounded_queue_keeps_the_newest() {
+                cases::a_bounded_queue_keeps_the_newest(&$harness).await;
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn oversized_and_invalid_inputs_are_refused() {
                 cases::oversized_and_invalid_inputs_are_refused(&$harness).await;
             }

@@ -655,6 +655,7 @@ pub async fn run(
                 name: format!("gearshift.demo.{tag}.placement"),
                 bindings: vec![placement_key.clone()],
                 durability: Durability::Transient,
+                max_length: None,
             },
             fleet: Some(Arc::new(move || candidates(&st.borrow()))),
             ready: Some(ready.clone()),
