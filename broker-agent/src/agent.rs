@@ -426,8 +426,10 @@ impl Agent {
                 d = next(&mut subs.reports) => match d {
                     Some(d) => {
                         self.on_report_delivery(&mut core, &mut st, &d).await?;
-                        // A report is soft state: handled or refused, it is done.
-                        ack(d).await;
+                        // A report is soft state: handled or refused, it is
+                        // done. The ack goes out on its own task: waiting for
+                        // the transport to write it would hold up the loop.
+                        tokio::spawn(ack(d));
                         // A report that showed pressure with no delay to wait:
                         // evaluate now rather than at the next tick.
                         let now = Utc::now();

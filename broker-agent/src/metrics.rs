@@ -35,6 +35,7 @@ pub struct Metrics {
     evacuation: Family<Labels, Gauge>,
     bus_reconnects: Counter,
     bus_connected: Gauge,
+    nodes: Gauge,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -70,6 +71,7 @@ impl Metrics {
             evacuation: Family::default(),
             bus_reconnects: Counter::default(),
             bus_connected: Gauge::default(),
+            nodes: Gauge::default(),
         };
         r.register("reports", "Node reports accepted", m.reports.clone());
         r.register(
@@ -109,6 +111,11 @@ impl Metrics {
             "bus_connected",
             "1 while the bus connection is up",
             m.bus_connected.clone(),
+        );
+        r.register(
+            "nodes",
+            "Nodes the agent knows from their reports (fresh or stale)",
+            m.nodes.clone(),
         );
         Metrics {
             registry: Arc::new(Mutex::new(r)),
@@ -185,6 +192,8 @@ impl Metrics {
 
     /// Refreshes the gauges from the core.
     pub fn refresh(&self, core: &Core) {
+        self.nodes
+            .set(i64::try_from(core.fleet().len()).unwrap_or(i64::MAX));
         self.sagas.clear();
         for op in core.ops() {
             self.sagas

@@ -514,6 +514,7 @@ impl Drop for RssSampler {
 
 const LATENCY: &str = "gearshift_broker_decision_latency_seconds";
 const REPORTS: &str = "gearshift_broker_reports_total";
+const NODES: &str = "gearshift_broker_nodes";
 const REFUSED: &str = "gearshift_broker_refused_total";
 
 /// Runs the benchmark.
@@ -618,8 +619,27 @@ async fn run_in(
     // 1. join.
     let all: Vec<usize> = (0..spec.nodes).collect();
     let t = Instant::now();
-    fleet.report_all(&all, 512).await;
-    wait_counter(port, REPORTS, spec.nodes as f64, Duration::from_secs(120)).await?;
+    // Every node reports; the broker agent's report queue is bounded
+    // (`report_backlog`), so when it falls behind the oldest reports are
+    // dropped and their nodes report again in the next round, as their
+    // periodic reports would.
+    let mut round = 0;
+    loop {
+        round += 1;
+        fleet.report_all(&all, 512).await;
+        match wait_settled(port, NODES, spec.nodes as f64, Duration::from_secs(120)).await? {
+            Settled::Reached => break,
+            Settled::Stalled(v) if round < 5 => {
+                eprintln!("bench: join round {round}: the broker agent knows {v} nodes; again")
+            }
+            Settled::Stalled(v) => {
+                bail!(
+                    "after {round} rounds the broker agent knows {v} of {} nodes",
+                    spec.nodes
+                )
+            }
+        }
+    }
     eprintln!(
         "bench: {} nodes joined in {:.1} s",
         spec.nodes,
@@ -959,6 +979,41 @@ pub async fn wait_ready(
             );
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+enum Settled {
+    Reached,
+    /// The figure stopped growing (for 3 s) at this value.
+    Stalled(f64),
+}
+
+/// Waits until metric `name` reaches `at_least`, or stops growing.
+async fn wait_settled(
+    port: u16,
+    name: &str,
+    at_least: f64,
+    within: Duration,
+) -> anyhow::Result<Settled> {
+    let deadline = Instant::now() + within;
+    let (mut last, mut since) = (-1.0, Instant::now());
+    loop {
+        let v = bench_proc::scrape(port)
+            .await
+            .map(|m| m.get(name))
+            .unwrap_or(0.0);
+        if v >= at_least {
+            return Ok(Settled::Reached);
+        }
+        if v > last {
+            (last, since) = (v, Instant::now());
+        } else if since.elapsed() >= Duration::from_secs(3) {
+            return Ok(Settled::Stalled(v));
+        }
+        if Instant::now() >= deadline {
+            bail!("{name} reached {v}, not {at_least}, within {within:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 

@@ -407,6 +407,24 @@ mod tests {
     }
 
     #[test]
+    fn a_bounded_queue_carries_its_limit() {
+        let spec = QueueSpec::transient("gearshift.broker.reports.abc", vec!["report.#".into()])
+            .with_max_length(500);
+        let subs = queue_subscribes(RabbitMq, &spec).unwrap();
+        assert_eq!(subs[0].destination, "/exchange/gearshift/report.#");
+        for h in [("x-max-length", "500"), ("x-overflow", "drop-head")] {
+            assert!(
+                subs[0].headers.contains(&(h.0.into(), h.1.into())),
+                "{:?}",
+                subs[0].headers
+            );
+        }
+        let e = queue_subscribes(ActiveMq, &QueueSpec::node_commands("n1").with_max_length(5))
+            .unwrap_err();
+        assert!(e.to_string().contains("cannot bound"), "{e}");
+    }
+
+    #[test]
     fn activemq_mapping() {
         let key = gearshift_proto::routing::report(Some("d1"), "n1.example.com");
         assert_eq!(
