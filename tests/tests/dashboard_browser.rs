@@ -350,6 +350,7 @@ async fn dashboard_in_headless_chromium() {
         "gearshift_broker_decision_latency_seconds_bucket",
         "gearshift_broker_bus_connected 1",
         "gearshift_broker_bus_reconnects_total 0",
+        "gearshift_broker_nodes 4",
     ] {
         assert!(
             text.contains(needle),
