@@ -995,6 +995,30 @@ async fn wait_settled(
     at_least: f64,
     within: Duration,
 ) -> anyhow::Result<Settled> {
+    wait_metric(port, name, at_least, within, Some(Duration::from_secs(3))).await
+}
+
+/// Waits until metric `name` reaches `at_least`.
+async fn wait_counter(
+    port: u16,
+    name: &str,
+    at_least: f64,
+    within: Duration,
+) -> anyhow::Result<()> {
+    wait_metric(port, name, at_least, within, None)
+        .await
+        .map(|_| ())
+}
+
+/// Polls metric `name` until it reaches `at_least` (fails after `within`);
+/// with `stall`, also returns once it has not grown for that long.
+async fn wait_metric(
+    port: u16,
+    name: &str,
+    at_least: f64,
+    within: Duration,
+    stall: Option<Duration>,
+) -> anyhow::Result<Settled> {
     let deadline = Instant::now() + within;
     let (mut last, mut since) = (-1.0, Instant::now());
     loop {
@@ -1007,30 +1031,8 @@ async fn wait_settled(
         }
         if v > last {
             (last, since) = (v, Instant::now());
-        } else if since.elapsed() >= Duration::from_secs(3) {
+        } else if stall.is_some_and(|s| since.elapsed() >= s) {
             return Ok(Settled::Stalled(v));
-        }
-        if Instant::now() >= deadline {
-            bail!("{name} reached {v}, not {at_least}, within {within:?}");
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-async fn wait_counter(
-    port: u16,
-    name: &str,
-    at_least: f64,
-    within: Duration,
-) -> anyhow::Result<()> {
-    let deadline = Instant::now() + within;
-    loop {
-        let v = bench_proc::scrape(port)
-            .await
-            .map(|m| m.get(name))
-            .unwrap_or(0.0);
-        if v >= at_least {
-            return Ok(());
         }
         if Instant::now() >= deadline {
             bail!("{name} reached {v}, not {at_least}, within {within:?}");
