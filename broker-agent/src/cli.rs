@@ -137,12 +137,7 @@ pub async fn ping(
     trust: Option<&Keyring>,
 ) -> Result<Vec<PingAnswer>, CliError> {
     let queue = format!("gearshift.reply.ping-{}", uuid::Uuid::new_v4().simple());
-    let spec = gearshift_bus::QueueSpec {
-        name: queue.clone(),
-        bindings: vec![],
-        durability: gearshift_bus::Durability::Transient,
-        max_length: None,
-    };
+    let spec = gearshift_bus::QueueSpec::transient(queue.clone(), vec![]);
     let mut replies = bus
         .consume(&spec, gearshift_bus::ConsumeOptions { prefetch: 1024 })
         .await?;

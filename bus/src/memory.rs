@@ -548,12 +548,10 @@ impl Bus for MemoryBus {
         if pattern.is_empty() {
             return Err(BusError::Invalid("empty pattern".into()));
         }
-        let spec = QueueSpec {
-            name: format!("amq.gen-{}", uuid::Uuid::new_v4().simple()),
-            bindings: vec![pattern.to_string()],
-            durability: Durability::Transient,
-            max_length: None,
-        };
+        let spec = QueueSpec::transient(
+            format!("amq.gen-{}", uuid::Uuid::new_v4().simple()),
+            vec![pattern.to_string()],
+        );
         self.add_consumer(&spec, SUBSCRIPTION_BUFFER, true)
     }
 

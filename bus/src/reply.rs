@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tokio::sync::{OnceCell, mpsc};
 
-use crate::api::{Bus, ConsumeOptions, Delivery, Durability, OutMessage, QueueSpec};
+use crate::api::{Bus, ConsumeOptions, Delivery, OutMessage, QueueSpec};
 use crate::error::BusError;
 
 type Waiters = Arc<Mutex<HashMap<String, mpsc::UnboundedSender<Delivery>>>>;
@@ -53,12 +53,7 @@ impl ReplyRouter {
         self.inbox
             .get_or_try_init(|| async {
                 let queue = format!("{REPLY_QUEUE_PREFIX}{}", uuid::Uuid::new_v4().simple());
-                let spec = QueueSpec {
-                    name: queue.clone(),
-                    bindings: vec![],
-                    durability: Durability::Transient,
-                    max_length: None,
-                };
+                let spec = QueueSpec::transient(queue.clone(), vec![]);
                 let mut sub = bus
                     .consume(&spec, ConsumeOptions { prefetch: 1024 })
                     .await?;
