@@ -690,9 +690,11 @@ async fn run_in(
     eprintln!(
         "bench: ingest {reports_per_s:.0}/s, raw {raw_per_s:.0}/s, offered {offered_per_s:.0}/s"
     );
-    // Let the broker agent catch up before timing decisions.
+    // Let the broker agent catch up before timing decisions (or stop
+    // waiting once it no longer gains: reports its bounded queue dropped
+    // never arrive).
     let published = fleet.counters.reports.load(Ordering::Relaxed) as f64;
-    let _ = wait_counter(
+    let _ = wait_settled(
         port,
         REPORTS,
         published - m1.sum(REFUSED),
@@ -988,36 +990,13 @@ enum Settled {
     Stalled(f64),
 }
 
-/// Waits until metric `name` reaches `at_least`, or stops growing.
+/// Polls metric `name` until it reaches `at_least`, or returns once it has
+/// not grown for 3 s; fails after `within`.
 async fn wait_settled(
     port: u16,
     name: &str,
     at_least: f64,
     within: Duration,
-) -> anyhow::Result<Settled> {
-    wait_metric(port, name, at_least, within, Some(Duration::from_secs(3))).await
-}
-
-/// Waits until metric `name` reaches `at_least`.
-async fn wait_counter(
-    port: u16,
-    name: &str,
-    at_least: f64,
-    within: Duration,
-) -> anyhow::Result<()> {
-    wait_metric(port, name, at_least, within, None)
-        .await
-        .map(|_| ())
-}
-
-/// Polls metric `name` until it reaches `at_least` (fails after `within`);
-/// with `stall`, also returns once it has not grown for that long.
-async fn wait_metric(
-    port: u16,
-    name: &str,
-    at_least: f64,
-    within: Duration,
-    stall: Option<Duration>,
 ) -> anyhow::Result<Settled> {
     let deadline = Instant::now() + within;
     let (mut last, mut since) = (-1.0, Instant::now());
@@ -1031,7 +1010,7 @@ async fn wait_metric(
         }
         if v > last {
             (last, since) = (v, Instant::now());
-        } else if stall.is_some_and(|s| since.elapsed() >= s) {
+        } else if since.elapsed() >= Duration::from_secs(3) {
             return Ok(Settled::Stalled(v));
         }
         if Instant::now() >= deadline {
