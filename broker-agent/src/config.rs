@@ -581,6 +581,8 @@ fn check_min(key: &str, d: Duration, min: Duration) -> Result<(), Invalid> {
 impl Validate for BrokerConfig {
     fn validate(&self) -> Result<(), Invalid> {
         self.push_stats.validate()?;
+        gearshift_service::logging::check_level(&self.log.level)
+            .map_err(|e| Invalid::new("log.level", e))?;
         let name = &self.agent.name;
         if name.is_empty() || name.len() > gearshift_proto::msg::MAX_NAME {
             return Err(Invalid::new("agent.name", "must be 1..=255 bytes"));

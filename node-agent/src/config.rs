@@ -746,9 +746,8 @@ impl Validate for NodeConfig {
             Duration::from_secs(86_400),
         )?;
         self.validate_heat()?;
-        if self.log.level.trim().is_empty() {
-            return Err(Invalid::new("log.level", "must not be empty"));
-        }
+        gearshift_service::logging::check_level(&self.log.level)
+            .map_err(|e| Invalid::new("log.level", e))?;
         check_duration(
             "service.shutdown_grace",
             self.service.shutdown_grace,

@@ -138,7 +138,12 @@ fn main() -> ExitCode {
 }
 
 fn tokio_main(fut: impl std::future::Future<Output = Result<(), Failure>>) -> Result<(), Failure> {
+    // One worker thread whatever the host's core count (tokio's default is
+    // one per core: 64 on a large node host, each with its stack and
+    // queues). The agent handles a few messages a second; file and gear
+    // work runs on the blocking pool, which grows on demand.
     let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
         .enable_all()
         .build()
         .map_err(runtime_failure)?;

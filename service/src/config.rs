@@ -98,42 +98,69 @@ pub fn load_str<T: DeserializeOwned + Validate>(
     env_prefix: &str,
     env: impl IntoIterator<Item = (String, String)>,
 ) -> Result<T, ConfigError> {
-    // Parse once with the toml crate for precise syntax errors.
-    toml::from_str::<toml::Table>(text).map_err(|e| ConfigError::Syntax {
+    let mut table = toml::from_str::<toml::Table>(text).map_err(|e| ConfigError::Syntax {
         path: path.to_path_buf(),
         reason: e.to_string().trim().replace('\n', " "),
     })?;
     let prefix = format!("{}_", env_prefix.to_ascii_uppercase());
-    let env_map: config::Map<String, String> = env
+    let mut overrides: Vec<(Vec<String>, String)> = env
         .into_iter()
-        .filter(|(k, _)| k.starts_with(&prefix))
+        .filter_map(|(k, v)| {
+            let rest = k.strip_prefix(&prefix)?;
+            let keys: Vec<String> = rest.split("__").map(str::to_ascii_lowercase).collect();
+            Some((keys, v))
+        })
         .collect();
-    let cfg = config::Config::builder()
-        .add_source(config::File::from_str(text, config::FileFormat::Toml))
-        .add_source(
-            config::Environment::with_prefix(env_prefix)
-                .prefix_separator("_")
-                .separator("__")
-                .try_parsing(true)
-                .source(Some(env_map)),
-        )
-        .build()
-        .map_err(|e| ConfigError::Syntax {
+    // Deterministic whatever the environment's order.
+    overrides.sort();
+    for (keys, raw) in &overrides {
+        set_key(&mut table, keys, env_value(raw)).map_err(|reason| ConfigError::Key {
             path: path.to_path_buf(),
-            reason: e.to_string(),
+            key: keys.join("."),
+            reason,
         })?;
-    let value: T = serde_path_to_error::deserialize(cfg).map_err(|e| {
-        let key = e.path().to_string();
-        ConfigError::Key {
-            path: path.to_path_buf(),
-            key: if key == "." {
-                "(top level)".into()
-            } else {
-                key
-            },
-            reason: clean_reason(&e.inner().to_string()),
+    }
+    // An override is typed by its text ("85" a number, "true" a boolean);
+    // where the field wants text after all (a node named "1234"), it is
+    // given again as text. Bounded: one retry per override at most.
+    let value: T;
+    let mut retried = 0;
+    loop {
+        match serde_path_to_error::deserialize::<_, T>(toml::Value::Table(table.clone())) {
+            Ok(v) => {
+                value = v;
+                break;
+            }
+            Err(e) => {
+                let key = e.path().to_string();
+                let as_text = overrides
+                    .iter()
+                    .find(|(k, raw)| k.join(".") == key && env_value(raw).as_str().is_none());
+                if let Some((keys, raw)) = as_text
+                    && retried < overrides.len()
+                {
+                    retried += 1;
+                    set_key(&mut table, keys, toml::Value::String(raw.clone())).map_err(
+                        |reason| ConfigError::Key {
+                            path: path.to_path_buf(),
+                            key: key.clone(),
+                            reason,
+                        },
+                    )?;
+                    continue;
+                }
+                return Err(ConfigError::Key {
+                    path: path.to_path_buf(),
+                    key: if key == "." || key.is_empty() {
+                        "(top level)".into()
+                    } else {
+                        key
+                    },
+                    reason: e.inner().to_string(),
+                });
+            }
         }
-    })?;
+    }
     value.validate().map_err(|i| ConfigError::Invalid {
         path: path.to_path_buf(),
         key: i.key,
@@ -142,12 +169,51 @@ pub fn load_str<T: DeserializeOwned + Validate>(
     Ok(value)
 }
 
-fn clean_reason(s: &str) -> String {
-    // config appends " for key `x`" itself in some errors; we already name the key.
-    match s.find(" for key `") {
-        Some(i) => s[..i].to_string(),
-        None => s.to_string(),
+/// An environment value as TOML: a boolean, an integer or a float when its
+/// text is one, else a string.
+fn env_value(raw: &str) -> toml::Value {
+    let t = raw.trim();
+    if t.eq_ignore_ascii_case("true") {
+        toml::Value::Boolean(true)
+    } else if t.eq_ignore_ascii_case("false") {
+        toml::Value::Boolean(false)
+    } else if let Ok(i) = t.parse::<i64>() {
+        toml::Value::Integer(i)
+    } else if let Ok(f) = t.parse::<f64>()
+        && f.is_finite()
+        && t.bytes().any(|b| b.is_ascii_digit())
+    {
+        toml::Value::Float(f)
+    } else {
+        toml::Value::String(raw.to_string())
     }
+}
+
+/// Sets `keys` (a dotted path) in `table`, making the tables on the way.
+fn set_key(table: &mut toml::Table, keys: &[String], value: toml::Value) -> Result<(), String> {
+    let Some((last, parents)) = keys.split_last() else {
+        return Err("empty key".into());
+    };
+    if keys.iter().any(String::is_empty) {
+        return Err("empty key segment (two `__` in a row, or a trailing `__`)".into());
+    }
+    let mut t = table;
+    for (i, k) in parents.iter().enumerate() {
+        let entry = t
+            .entry(k.clone())
+            .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+        t = match entry {
+            toml::Value::Table(inner) => inner,
+            _ => {
+                return Err(format!(
+                    "`{}` is a value, not a table: cannot set a key below it",
+                    keys[..=i].join(".")
+                ));
+            }
+        };
+    }
+    t.insert(last.clone(), value);
+    Ok(())
 }
 
 /// Serde helpers for durations written as `"10s"`, `"5m"`, `"1h 30m"`.
@@ -247,5 +313,44 @@ mod tests {
         );
         let e = load_test("name = ", &[]).unwrap_err();
         assert!(matches!(e, ConfigError::Syntax { .. }), "{e}");
+    }
+
+    #[test]
+    fn environment_values_take_the_fields_type() {
+        // A number-looking value for a text field is text; a new table is made.
+        let c = load_test(
+            "name = \"a\"\n",
+            &[
+                ("GEARSHIFT_TEST_NAME", "1234"),
+                ("GEARSHIFT_TEST_POLICY__INTERVAL", "5m"),
+                ("GEARSHIFT_TEST_POLICY__THRESHOLD", "7"),
+            ],
+        )
+        .unwrap();
+        assert_eq!(c.name, "1234");
+        assert_eq!(c.policy.interval, Duration::from_secs(300));
+        assert_eq!(c.policy.threshold, 7);
+        // A wrong value names the key it came in as.
+        let e = load_test(
+            "name = \"a\"\n",
+            &[("GEARSHIFT_TEST_POLICY__THRESHOLD", "many")],
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("policy.threshold"), "{e}");
+        // Below a plain value, or an empty segment: refused with the key.
+        let e = load_test("name = \"a\"\n", &[("GEARSHIFT_TEST_NAME__FIRST", "x")]).unwrap_err();
+        assert!(
+            e.to_string().contains("name.first") && e.to_string().contains("not a table"),
+            "{e}"
+        );
+        let e = load_test("name = \"a\"\n", &[("GEARSHIFT_TEST_POLICY____X", "1")]).unwrap_err();
+        assert!(e.to_string().contains("empty key segment"), "{e}");
+        // An unknown key from the environment is refused like one in the file.
+        let e = load_test(
+            "name = \"a\"\n",
+            &[("GEARSHIFT_TEST_POLICY__TRESHOLD", "1")],
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("treshold"), "{e}");
     }
 }

@@ -1066,8 +1066,40 @@ fn start_real_node(
         &["run", "--config", &path.to_string_lossy()],
         &base.join("node.log"),
     );
+    // The environment the packaged systemd unit gives the agent.
+    for (k, v) in unit_environment(NODE_UNIT) {
+        p = p.env(&k, &v);
+    }
     p.start()?;
     Ok(p)
+}
+
+/// The node agent's systemd unit, as packaged.
+const NODE_UNIT: &str = include_str!("../../packaging/systemd/gearshift-node.service");
+
+/// The `Environment=` assignments of a systemd unit, in order: `KEY=value`
+/// words separated by spaces, a word in double quotes may hold spaces.
+fn unit_environment(unit: &str) -> Vec<(String, String)> {
+    let mut out = vec![];
+    for line in unit.lines() {
+        let Some(rest) = line.trim().strip_prefix("Environment=") else {
+            continue;
+        };
+        let mut words = vec![String::new()];
+        let mut quoted = false;
+        for c in rest.chars() {
+            match c {
+                '"' => quoted = !quoted,
+                c if c.is_whitespace() && !quoted => words.push(String::new()),
+                c => words.last_mut().into_iter().for_each(|w| w.push(c)),
+            }
+        }
+        out.extend(words.iter().filter_map(|w| {
+            let (k, v) = w.split_once('=')?;
+            Some((k.to_string(), v.to_string()))
+        }));
+    }
+    out
 }
 
 /// Asks the broker agent to evacuate the real node and samples its memory
@@ -1181,5 +1213,29 @@ pub fn main(args: BenchArgs) -> std::process::ExitCode {
             eprintln!("gearshift-sim bench: {e:#}");
             std::process::ExitCode::from(1)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_node_runs_with_its_units_environment() {
+        let unit =
+            "[Service]\nEnvironment=A=1 \"B=x y\"\nEnvironmentFile=-/etc/x\n  Environment=C=3\n";
+        let pairs = |v: &[(&str, &str)]| -> Vec<(String, String)> {
+            v.iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        assert_eq!(
+            super::unit_environment(unit),
+            pairs(&[("A", "1"), ("B", "x y"), ("C", "3")])
+        );
+        assert!(
+            super::unit_environment(super::NODE_UNIT)
+                .iter()
+                .any(|(k, v)| k == "MALLOC_ARENA_MAX" && v == "1"),
+            "the packaged unit sets MALLOC_ARENA_MAX"
+        );
     }
 }

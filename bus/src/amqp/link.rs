@@ -24,8 +24,9 @@ pub(crate) const EXCHANGE: &str = "gearshift";
 /// How often a link double-checks its connection state, in case lapin lost
 /// the connection without emitting an error event.
 const STATUS_POLL: Duration = Duration::from_millis(500);
-/// Largest AMQP frame proposed to the broker (see `Endpoint::new`).
-const FRAME_MAX: u32 = 16 * 1024;
+/// Largest AMQP frame proposed to the broker (see `Endpoint::new`): AMQP
+/// 0-9-1's smallest allowed `frame_max`.
+const FRAME_MAX: u32 = 4096;
 
 /// Where and how to connect; built (and validated) once, before any network access.
 pub(crate) struct Endpoint {
@@ -66,11 +67,12 @@ impl Endpoint {
         } else {
             hb.clamp(1, u16::MAX as u64) as u16
         });
-        // lapin keeps 32 frames of send and 32 of receive buffer, zero-filled
-        // (resident): at RabbitMQ's default frame_max of 128 KiB that is 8 MiB
-        // per connection, most of a node agent's memory. 16 KiB frames carry
-        // the same messages (a larger one spans several body frames) in 1 MiB.
-        // A frame_max in the URL wins.
+        // lapin keeps 32 frames of send and 32 of receive buffer, each a ring
+        // whose pages become resident as traffic goes round it: at RabbitMQ's
+        // default frame_max of 128 KiB that is 8 MiB per connection after a
+        // while, more than a node agent's whole memory. The protocol's
+        // smallest frame, 4 KiB, carries the same messages (a larger one
+        // spans several body frames) in 256 KiB. A frame_max in the URL wins.
         if uri.query.frame_max.is_none() {
             uri.query.frame_max = Some(FRAME_MAX);
         }

@@ -42,8 +42,10 @@ use super::{
 };
 use crate::config::DirSection;
 
-/// Copy buffer size; cancellation and the bandwidth limit are checked per chunk.
-const CHUNK: usize = 256 * 1024;
+/// Copy and hash buffer size; cancellation and the bandwidth limit are
+/// checked per chunk. Small on purpose: each parallel move holds one, and
+/// the node agent's memory is counted on every node host.
+const CHUNK: usize = 32 * 1024;
 /// Prefix of a copy in progress at the target.
 pub const INCOMING_PREFIX: &str = ".incoming-";
 /// Prefix of a source being deleted.
@@ -234,14 +236,17 @@ fn walk(
     f: &mut dyn FnMut(&Path, &Path, &fs::Metadata) -> Result<(), RuntimeError>,
 ) -> Result<(), RuntimeError> {
     let dir = root.join(rel);
-    let mut entries: Vec<_> = fs::read_dir(&dir)
+    // Names only: a directory entry keeps its open directory (and the C
+    // library's 32 KiB read buffer) alive, one per level of the recursion.
+    let mut names: Vec<_> = fs::read_dir(&dir)
         .map_err(|e| io(&dir, e))?
         .flatten()
+        .map(|e| e.file_name())
         .collect();
-    entries.sort_by_key(|e| e.file_name());
-    for e in entries {
-        let rel_child = rel.join(e.file_name());
-        let path = e.path();
+    names.sort();
+    for name in names {
+        let rel_child = rel.join(&name);
+        let path = dir.join(&name);
         let meta = fs::symlink_metadata(&path).map_err(|err| io(&path, err))?;
         f(&path, &rel_child, &meta)?;
         if meta.is_dir() {
