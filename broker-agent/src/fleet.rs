@@ -299,7 +299,10 @@ impl Fleet {
                 sums.remove(&g);
             }
         }
-        self.share_changed(&g);
+        if new.report.district.is_none() {
+            // A districted group is refreshed with its district, below.
+            self.share_changed(&g);
+        }
         if let (Some(d), Some(od), Some(nd)) = (
             new.report.district_uuid(),
             old.report.district.as_ref(),
@@ -600,16 +603,13 @@ impl Fleet {
         }
         let mut total = self.profile_total(profile, now, stale_intervals);
         for (g, gone) in minus {
-            let (whole, _) = self.share(&g, now, stale_intervals);
-            sub_stats(&mut total, &whole);
             let mut acc = self.group_sums(&g, now, stale_intervals);
+            let free = self.district_free_uids(&g.district);
+            sub_stats(&mut total, &acc.clone().finish(free));
             for e in gone {
                 acc.sub(e, now, stale_intervals);
             }
-            add_stats(
-                &mut total,
-                &acc.finish(self.district_free_uids(&g.district)),
-            );
+            add_stats(&mut total, &acc.finish(free));
         }
         total.usage_pct = usage(total.gears_active, total.available_active_gears);
         total
