@@ -6,9 +6,9 @@ use std::time::{Duration, Instant};
 
 use chrono::Utc;
 use gearshift_bus::{BusError, OutMessage, SharedBus};
-use gearshift_proto::msg::{AdminReply, AdminRequest, Message, Ping, Role};
-use gearshift_proto::sign::{Keyring, TimePolicy, authenticate};
-use gearshift_proto::{Envelope, KeyPair, routing};
+use gearshift_proto::msg::{AdminReply, AdminRequest, Kind, Message, Ping, Role};
+use gearshift_proto::sign::{Keyring, TimePolicy};
+use gearshift_proto::{Envelope, Expect, Gate, KeyPair, routing};
 use thiserror::Error;
 
 use crate::status::Status;
@@ -86,10 +86,14 @@ pub async fn admin_on(
     let env = Envelope::new(from, req).with_ttl(timeout.max(Duration::from_secs(5)));
     let msg = OutMessage::new(key, keys.signer.seal(env)).transient();
     let d = bus.request(msg, timeout).await?;
-    let decoded = Envelope::decode(&d.payload).map_err(|e| CliError::BadReply(e.to_string()))?;
-    authenticate(&keys.brokers, &TimePolicy::default(), &decoded, Utc::now())
-        .map_err(|e| CliError::BadReply(e.to_string()))?;
-    match decoded.envelope.msg {
+    let reply = Gate::new(&keys.brokers, TimePolicy::default())
+        .admit(
+            &d.payload,
+            Expect::kinds(|k| k == Kind::AdminReply),
+            Utc::now(),
+        )
+        .map_err(|r| CliError::BadReply(r.to_string()))?;
+    match reply.envelope.msg {
         Message::AdminReply(r) => Ok(r),
         other => Err(CliError::BadReply(format!(
             "expected admin.reply, got {}",

@@ -28,8 +28,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use gearshift_bus::{OutMessage, SharedBus};
 use gearshift_proto::msg::{HeatAction, HeatSignal};
-use gearshift_proto::sign::{TimePolicy, authenticate};
-use gearshift_proto::{Envelope, KeyPair, Keyring, Message, routing};
+use gearshift_proto::sign::TimePolicy;
+use gearshift_proto::{Envelope, Expect, Gate, KeyPair, Keyring, Kind, Message, routing};
 
 use crate::config::HeatViaNodeConfig;
 use crate::{
@@ -137,14 +137,21 @@ impl HeatViaNodeHandler {
             if decoded.envelope.from != node {
                 continue;
             }
-            if let Some(kr) = &self.keyring
-                && let Err(e) =
-                    authenticate(kr, &TimePolicy::default(), &decoded, chrono::Utc::now())
-            {
-                tracing::warn!(%node, error = %e, "node event failed authentication; ignored");
-                continue;
-            }
-            match decoded.envelope.msg {
+            let envelope = match &self.keyring {
+                Some(kr) => match Gate::new(kr, TimePolicy::default()).admit_decoded(
+                    decoded,
+                    Expect::kinds(Kind::is_node_event),
+                    chrono::Utc::now(),
+                ) {
+                    Ok(a) => a.envelope,
+                    Err(r) => {
+                        tracing::warn!(%node, reason = r.reason, detail = %r.detail, "node event refused; ignored");
+                        continue;
+                    }
+                },
+                None => decoded.envelope,
+            };
+            match envelope.msg {
                 Message::Done(d) if d.cmd == id => {
                     return Ok(Answer::Done(format!("{node}: {:?}", d.result)));
                 }

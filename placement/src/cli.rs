@@ -21,8 +21,8 @@ use gearshift_proto::msg::{
     ComponentProperties, Kind, Message, NodeProperties, PlacementReply, PlacementRequest, Role,
     Validate,
 };
-use gearshift_proto::sign::{KeyPair, Keyring, TimePolicy, authenticate};
-use gearshift_proto::{Envelope, routing};
+use gearshift_proto::sign::{KeyPair, Keyring, TimePolicy};
+use gearshift_proto::{Envelope, Expect, Gate, Step, routing};
 use gearshift_service::keys::KeyFileError;
 use thiserror::Error;
 
@@ -280,27 +280,23 @@ pub async fn request_placement(
     let id = env.id.to_string();
     let msg = OutMessage::new(key, signer.seal(env)).transient();
     let d = bus.request(msg, timeout).await?;
-    let dec = Envelope::decode(&d.payload).map_err(|e| PlaceError::BadReply(e.to_string()))?;
-    if dec.envelope.kind() != Kind::PlacementReply {
-        return Err(PlaceError::BadReply(format!(
-            "expected placement.reply, got {}",
-            dec.envelope.kind()
-        )));
-    }
-    let role = authenticate(trusted, &TimePolicy::default(), &dec, Utc::now())
-        .map_err(|e| PlaceError::BadReply(format!("not authenticated: {e}")))?;
-    if role != Role::Broker {
-        return Err(PlaceError::BadReply(format!(
-            "signed by a {role} key, not a broker key"
-        )));
-    }
-    if dec.envelope.corr.as_deref() != Some(id.as_str()) {
+    const REPLIES: Expect = Expect::kinds(|k| k == Kind::PlacementReply).roles(&[Role::Broker]);
+    let reply = Gate::new(trusted, TimePolicy::default())
+        .admit(&d.payload, REPLIES, Utc::now())
+        .map_err(|r| match r.step {
+            Step::Auth | Step::Time => {
+                PlaceError::BadReply(format!("not authenticated: {}", r.detail))
+            }
+            _ => PlaceError::BadReply(r.to_string()),
+        })?
+        .envelope;
+    if reply.corr.as_deref() != Some(id.as_str()) {
         return Err(PlaceError::BadReply(format!(
             "answers request {:?}, not {id}",
-            dec.envelope.corr
+            reply.corr
         )));
     }
-    match dec.envelope.msg {
+    match reply.msg {
         Message::PlacementReply(r) => Ok(r),
         other => Err(PlaceError::BadReply(format!("unexpected {}", other.kind()))),
     }

@@ -23,8 +23,8 @@ use std::time::Duration;
 use chrono::Utc;
 use gearshift_bus::{ConsumeOptions, Delivery, OutMessage, QueueSpec, SharedBus};
 use gearshift_proto::msg::{Kind, Message, NodeProperties, PlacementReply, PlacementRequest};
-use gearshift_proto::sign::{KeyPair, Keyring, TimePolicy, authenticate};
-use gearshift_proto::{Envelope, routing};
+use gearshift_proto::sign::{KeyPair, Keyring, TimePolicy};
+use gearshift_proto::{Envelope, Expect, Gate, Step, routing};
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -261,22 +261,21 @@ async fn handle(ctx: &Ctx, d: Delivery) {
 }
 
 fn check(ctx: &Ctx, d: &Delivery) -> Result<(Header, PlacementRequest), String> {
-    let dec = Envelope::decode(&d.payload).map_err(|e| format!("malformed request: {e}"))?;
-    if dec.envelope.kind() != Kind::PlacementRequest {
-        return Err(format!(
-            "expected a placement.request, got {}",
-            dec.envelope.kind()
-        ));
-    }
-    authenticate(&ctx.keyring, &ctx.opts.time, &dec, Utc::now())
-        .map_err(|e| format!("not authenticated: {e}"))?;
+    const REQUESTS: Expect = Expect::kinds(|k| k == Kind::PlacementRequest);
+    let admitted = Gate::new(&ctx.keyring, ctx.opts.time)
+        .admit(&d.payload, REQUESTS, Utc::now())
+        .map_err(|r| match r.step {
+            Step::Decode => format!("malformed request: {}", r.detail),
+            Step::Kind => format!("expected a placement.request, got {}", r.kind_label()),
+            Step::Auth | Step::Time => format!("not authenticated: {}", r.detail),
+        })?;
     let Envelope {
         id,
         from,
         corr,
         msg,
         ..
-    } = dec.envelope;
+    } = admitted.envelope;
     match msg {
         Message::PlacementRequest(req) => Ok((Header { id, from, corr }, req)),
         other => Err(format!(

@@ -14,6 +14,9 @@
 //! - [`sign`]: Ed25519 keys (PEM), the [`Keyring`] of trusted keys with
 //!   their roles, signature and time checks.
 //! - [`replay`]: the replay window.
+//! - [`gate`]: the one receiving chain (decode, kind, signature and role,
+//!   time, replay) every receiver runs, returning the message or a
+//!   [`gate::Refusal`] with its reason.
 //! - [`routing`]: routing keys, queue names and the segment encoding.
 //!
 //! `docs/protocol.md` at the repository root is the specification a
@@ -24,6 +27,7 @@
 pub mod canonical;
 pub mod envelope;
 pub mod error;
+pub mod gate;
 pub mod msg;
 pub mod replay;
 pub mod routing;
@@ -31,6 +35,7 @@ pub mod sign;
 
 pub use envelope::{Decoded, Envelope};
 pub use error::{AuthError, ProtoError};
+pub use gate::{Admitted, Expect, Gate, Refusal, Step};
 pub use msg::{Kind, Message, Role};
 pub use replay::ReplayGuard;
 pub use sign::{KeyPair, Keyring, TimePolicy};

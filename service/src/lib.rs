@@ -10,7 +10,8 @@
 //! - [`notify`]: systemd `sd_notify` READY, STOPPING and the watchdog.
 //! - [`lock`]: an exclusive `flock` on a state directory.
 //! - [`http`]: the HTTP listener that serves `/metrics` (and the dashboard).
-//! - [`ratelimit`]: per-key log budgets, so that floods do not drown the log.
+//! - [`ratelimit`]: per-key log budgets, so that floods do not drown the log;
+//!   [`refusals`] the log of messages the signed-message gate refused.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -21,4 +22,5 @@ pub mod lock;
 pub mod logging;
 pub mod notify;
 pub mod ratelimit;
+pub mod refusals;
 pub mod shutdown;

@@ -1,0 +1,58 @@
+//! Logging refusals from the [`gearshift_proto::gate`] without letting a
+//! flood drown the log: every refusal is counted by the caller, each reason
+//! logs a bounded sample ([`LogLimiter`]), and the next line that gets
+//! through says how many were held back.
+
+use std::sync::Mutex;
+use std::time::Instant;
+
+use gearshift_proto::Refusal;
+
+use crate::ratelimit::{LogLimiter, Verdict};
+
+/// Rate-limited log of refused messages for one receiver.
+#[derive(Debug)]
+pub struct RefusalLog {
+    what: &'static str,
+    limiter: Mutex<LogLimiter>,
+}
+
+impl RefusalLog {
+    /// A log whose lines say `what` was refused (`"command"`, `"report"`, ...),
+    /// with the default budget of ten lines per reason per minute.
+    pub fn new(what: &'static str) -> Self {
+        RefusalLog {
+            what,
+            limiter: Mutex::new(LogLimiter::default()),
+        }
+    }
+
+    /// Logs one refusal, or holds it back if its reason is over budget.
+    pub fn log(&self, r: &Refusal) {
+        let verdict = self
+            .limiter
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .check(r.reason, Instant::now());
+        let (what, reason, detail) = (self.what, r.reason, r.detail.as_str());
+        let (kind, from, id) = (r.kind_label(), r.from.as_deref(), r.id);
+        match verdict {
+            Verdict::Log { suppressed: 0 } => {
+                tracing::warn!(what, reason, kind, from, id = ?id, detail, "message refused")
+            }
+            Verdict::Log { suppressed } => tracing::warn!(
+                what,
+                reason,
+                kind,
+                from,
+                id = ?id,
+                detail,
+                suppressed,
+                "message refused ({suppressed} more refused for this reason were not logged)"
+            ),
+            Verdict::Suppress => {
+                tracing::debug!(what, reason, kind, from, id = ?id, detail, "message refused")
+            }
+        }
+    }
+}
