@@ -39,13 +39,13 @@ def word():
 def send(conn, dest, body, **headers):
     """SEND with a receipt; returns the answer frame."""
     conn.send(dest, body, receipt="r-" + word(), **headers)
-    return conn.recv(5)
+    return conn.recv(5, want=("RECEIPT", "ERROR"))
 
 
 def sub(conn, dest, sub_id, ack="auto", extra=()):
     conn.subscribe(dest, sub_id, ack=ack, extra=list(extra) + [("receipt", "s-" + sub_id)])
-    f = conn.recv(5)
-    assert f is not None and f.command == "RECEIPT", f
+    f = conn.recv(5, want="RECEIPT")
+    assert f is not None, "no RECEIPT for SUBSCRIBE %s" % dest
     return f
 
 
@@ -226,6 +226,19 @@ def s_virtual():
     out("virtual", "one consumer name, queues event.> and event.n1 both subscribed: deliveries "
         "(body, subscription) %s" % [(f.body.decode(), f.headers["subscription"]) for f in c.drain(1)])
     c.disconnect()
+    for owner in ("admin.>", "admin.request"):
+        c = open_conn()
+        sub(c, "/queue/Consumer.owner.VirtualTopic.gs%s.%s" % (u, owner), "x")
+        c.unsubscribe("x", extra=[("receipt", "u")])
+        c.recv(2)
+        c.disconnect()
+        send(pub, vt + ".admin.request", "for-" + owner, persistent="true")
+        c = open_conn()
+        sub(c, "/queue/Consumer.*.VirtualTopic.gs%s.>" % u, "thief")
+        out("virtual", "owner's queue Consumer.owner.VirtualTopic.<p>.%s holds a message; another "
+            "client subscribing /queue/Consumer.*.VirtualTopic.<p>.> receives: %s"
+            % (owner, bodies(c.drain(1))))
+        c.disconnect()
     w = open_conn()
     sub(w, "/topic/VirtualTopic.gs%s.>" % u, "w")
     send(pub, vt + ".explain.d.p", "to-watcher")

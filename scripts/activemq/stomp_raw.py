@@ -58,6 +58,7 @@ class Conn:
         self.buf = b""
         self.beats = []  # monotonic times of heart-beat EOLs received
         self.frames = []  # every Frame received, in order
+        self.pending = []  # frames skipped by recv(want=...), returned later
         self.closed_at = None
         self.t0 = time.monotonic()
 
@@ -193,8 +194,14 @@ class Conn:
         return f
 
     def recv(self, timeout=5, want=None):
-        """The next frame (of command `want`, when given), or None at timeout."""
+        """The next frame (of command `want`, or one of a tuple of commands,
+        when given), or None at timeout. Skipped frames wait in `pending`."""
         deadline = time.monotonic() + timeout
+        wanted = (lambda c: True) if want is None else (
+            (lambda c: c in want) if isinstance(want, tuple) else (lambda c: c == want))
+        for i, f in enumerate(self.pending):
+            if wanted(f.command):
+                return self.pending.pop(i)
         while True:
             r = self._parse_one(time.monotonic())
             if r == "need-more":
@@ -205,8 +212,9 @@ class Conn:
                 else:
                     continue
             if isinstance(r, Frame):
-                if want is None or r.command == want:
+                if wanted(r.command):
                     return r
+                self.pending.append(r)
                 continue
             if not self._fill(deadline):
                 return None
