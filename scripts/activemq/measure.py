@@ -614,6 +614,14 @@ def s_frames():
         out("frames", "MESSAGE %r headers %s" % (f.body, f.headers))
     out("frames", "every frame received ended with \\0\\n: %s (%d frames, %d bare EOLs)"
         % (all(f.raw_end == b"\n" for f in c.frames), len(c.frames), len(c.beats)))
+    for i, pers in enumerate([False, True, False, True, False, False, True]):
+        if pers:
+            send(c, q + ".ord", "%dp" % i, persistent="true")
+        else:
+            send(c, q + ".ord", "%dn" % i)
+    sub(c, q + ".ord", "o")
+    out("frames", "queued before SUBSCRIBE in the order 0n 1p 2n 3p 4n 5n 6p (p: persistent), "
+        "delivered as: %s" % " ".join(bodies(c.drain(1))))
     t = time.monotonic()
     for i in range(50):
         send(c, q + ".lat", "p", persistent="true")
