@@ -21,6 +21,7 @@ import threading
 import time
 import uuid
 
+sys.dont_write_bytecode = True  # keep the source tree clean
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from stomp_raw import Closed, Conn, credentials, open_conn, port  # noqa: E402
 
