@@ -589,6 +589,18 @@ def s_acks():
         % (f.command, [(x.body.decode(), x.headers.get("redelivered")) for x in c2.drain(0.7)]))
     c.close()
     c2.disconnect()
+    for i in range(3):
+        send(p, q + ".rs", "r%d" % i, persistent="true")
+    c = open_conn()
+    sub(c, q + ".rs", "s", "client-individual")
+    fs = c.drain(0.5)
+    c.ack(fs[1])
+    c.unsubscribe("s", extra=[("receipt", "u")])
+    c.recv(2, want="RECEIPT")
+    sub(c, q + ".rs", "s", "client-individual")
+    out("acks", "same connection: r1 acked, UNSUBSCRIBE, SUBSCRIBE again -> %s"
+        % [(x.body.decode(), x.headers.get("redelivered")) for x in c.drain(0.7)])
+    c.disconnect()
     c = open_conn()
     c.send_frame("ACK", [("id", "nope"), ("receipt", "ak")])
     f = c.recv(2)
