@@ -40,9 +40,13 @@ class StandinCase(unittest.TestCase):
     def tearDown(self):
         shutil.rmtree(self.dir, ignore_errors=True)
 
-    def run_tool(self, tool, *args, env=None, stdin=None):
-        """Runs bin/<tool> with ``args``; returns its ``Result``."""
-        p = subprocess.run([os.path.join(BIN, tool), *args], capture_output=True, text=True,
+    def run_tool(self, tool, *args, env=None, stdin=None, direct=False):
+        """Runs bin/<tool> with ``args`` (through this interpreter, which skips
+        any shim on PATH, unless ``direct``); returns its ``Result``."""
+        argv = [os.path.join(BIN, tool), *args]
+        if not direct:
+            argv.insert(0, sys.executable)
+        p = subprocess.run(argv, capture_output=True, text=True,
                            env=env or self.env, input=stdin, timeout=60)
         return Result(p.returncode, p.stdout, p.stderr)
 

@@ -22,6 +22,10 @@ class Usage(StandinCase):
         self.assertEqual(r.rc, 255)
         self.assertIn("-c|--command", r.out)
 
+    def test_executables_run_directly(self):
+        for tool in ("oo-admin-ctl-district", "oo-admin-move", "oo-standin"):
+            self.assertEqual(self.run_tool(tool, "-h", direct=True).rc, 0)
+
     def test_help_is_0(self):
         self.assertEqual(self.ctl("-h").rc, 0)
         self.assertEqual(self.ctl("--help").rc, 0)
