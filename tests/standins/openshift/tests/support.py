@@ -35,6 +35,7 @@ class StandinCase(unittest.TestCase):
         self.env = dict(os.environ, GEARSHIFT_OO_STATE=self.state_path)
         self.env.pop("GEARSHIFT_OO_MOVE_DELAY", None)
         self.env.pop("GEARSHIFT_OO_SEED", None)
+        self.env.pop("GEARSHIFT_OO_MOVE_STRICT", None)
         self.ok("oo-standin", "init")
 
     def tearDown(self):

@@ -105,6 +105,18 @@ class Moves(StandinCase):
         self.assertFalse(m["target_fact_active"])
         self.assertTrue(m["same_district"])
 
+    def test_strict_mode_refuses_what_the_caller_must_check(self):
+        self.ok("oo-admin-ctl-district", "-c", "deactivate-node", "-i", "n2")
+        env = dict(self.env, GEARSHIFT_OO_MOVE_STRICT="1")
+        r = self.run_tool("oo-admin-move", "--gear_uuid", G, "-i", "n2", env=env)
+        self.assertEqual(r.rc, 1)
+        self.assertTrue(r.out.endswith("gearshift stand-in (GEARSHIFT_OO_MOVE_STRICT=1): target n2 is inactive\n"), r.out)
+        r = self.run_tool("oo-admin-move", "--gear_uuid", G, "-i", "n3", env=env)
+        self.assertIn("target n3 is in another district", r.out)
+        self.assertTrue(os.path.isdir(self.gear_dir("n1", G)))
+        self.ok("oo-admin-ctl-district", "-c", "activate-node", "-i", "n2")
+        self.assertEqual(self.run_tool("oo-admin-move", "--gear_uuid", G, "-i", "n2", env=env).rc, 0)
+
     def test_other_district_is_not_refused_but_recorded(self):
         r = self.move("--gear_uuid", G, "-i", "n3")
         self.assertEqual(r.rc, 0, r)

@@ -28,7 +28,8 @@ plugins/msg-broker/mcollective/lib/openshift/mcollective_application_container_p
   ``.last_access/<uuid>`` move to the target's node root (rsync then destroy,
   proxy:2401-2470 and 2284-2296).
 
-What gearshift must check itself is recorded, not refused: each attempt is
+What gearshift must check itself is recorded, not refused (unless
+``GEARSHIFT_OO_MOVE_STRICT=1``): each attempt is
 appended to the state's ``moves`` with ``target_active`` (the target's server
 record in its district), ``target_fact_active`` (its district.info),
 ``same_district`` and ``uid_kept``, so a test can assert the caller only ever
@@ -49,6 +50,9 @@ from . import state as S
 TOOL = "oo-admin-move"
 ENV_DELAY = "GEARSHIFT_OO_MOVE_DELAY"
 ENV_SEED = "GEARSHIFT_OO_SEED"
+# Opt-in, not origin-server: refuse what the real tool lets through (a target
+# that is inactive or in another district), so an end-to-end test fails at once.
+ENV_STRICT = "GEARSHIFT_OO_MOVE_STRICT"
 
 OPTIONS = [
     ("--gear_uuid", "-g", True),
@@ -179,6 +183,9 @@ def move_one(st, uuid, g, o, say, rec, rng):
                target_active=ts["active"] if ts else None,
                target_fact_active=tf["district_active"])
     check_move(st, uuid, g, src_host, target, sf, tf, o, say)
+    if os.environ.get(ENV_STRICT) == "1" and not (rec["same_district"] and rec["target_active"]):
+        raise MoveError(f"gearshift stand-in ({ENV_STRICT}=1): target {target} is "
+                        + ("inactive" if rec["same_district"] else "in another district"))
     changed = tf["district_uuid"] != sf["district_uuid"]
     if changed:
         d = S.find_district(st, uuid=tf["district_uuid"])

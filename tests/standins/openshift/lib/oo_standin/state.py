@@ -26,7 +26,6 @@ import fcntl
 import json
 import os
 import secrets
-import sys
 import tempfile
 import time
 
@@ -240,8 +239,3 @@ def unreserve_uid(district, uid):
     district["available_uids"].append(uid)
     district["available_capacity"] += 1
 
-
-def die(msg, code):
-    """Prints to standard error and exits (for errors the real tool would crash on)."""
-    print(msg, file=sys.stderr)
-    sys.exit(code)
