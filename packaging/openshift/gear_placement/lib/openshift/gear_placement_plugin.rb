@@ -29,9 +29,11 @@
 # rubygem-openshift-origin-gear-placement.spec): no keyword arguments,
 # exception-less nonblocking IO or Integer#clamp.
 #
-# The plugin never raises: the broker does not catch a plugin's exception
-# (controller/lib/openshift/application_container_proxy.rb:58-88), so an error
-# here would fail the user's gear creation instead of falling back.
+# Nothing gearshift does makes the plugin raise: the broker does not catch a
+# plugin's exception (controller/lib/openshift/application_container_proxy.rb:58-88),
+# so an error here would fail the user's gear creation instead of falling back.
+# Only the default choice itself may raise, as it does without the plugin
+# (NodeUnavailableException when there is no candidate).
 #
 require 'json'
 require 'logger'
@@ -125,9 +127,9 @@ module OpenShift
         if defined?(OpenShift::MCollectiveApplicationContainerProxy) &&
            OpenShift::MCollectiveApplicationContainerProxy.respond_to?(:select_best_fit_node_impl)
           # It sorts and deletes in place: give it a copy, its pick is still one of ours.
-          OpenShift::MCollectiveApplicationContainerProxy.select_best_fit_node_impl(server_infos.dup)
+          OpenShift::MCollectiveApplicationContainerProxy.select_best_fit_node_impl(Array(server_infos).dup)
         else
-          server_infos.min_by { |s| s.node_consumed_capacity.to_f }
+          Array(server_infos).min_by { |s| s.node_consumed_capacity.to_f }
         end
       end
 
