@@ -117,6 +117,13 @@ impl Envelope {
     /// Decodes and validates a message; the result keeps the exact bytes its
     /// signature must cover so that verification does not re-encode the body.
     pub fn decode(bytes: &[u8]) -> Result<Decoded, ProtoError> {
+        Self::decode_raw(bytes)?.typed()
+    }
+
+    /// Decodes and validates the header fields only, leaving the body as
+    /// JSON: a receiver checks the signature (and so the sender's role)
+    /// before it spends anything on the body ([`crate::gate`]).
+    pub fn decode_raw(bytes: &[u8]) -> Result<RawEnvelope, ProtoError> {
         if bytes.len() > MAX_MESSAGE_BYTES {
             return Err(ProtoError::TooLarge {
                 size: bytes.len(),
@@ -183,18 +190,75 @@ impl Envelope {
         let body = m
             .remove("body")
             .ok_or_else(|| ProtoError::Malformed("missing body".into()))?;
-        let msg = Message::from_parts(kind, body)?;
+        Ok(RawEnvelope {
+            id,
+            from,
+            ts,
+            expires,
+            corr,
+            kind,
+            body,
+            sig,
+            signed,
+        })
+    }
+}
+
+/// An envelope whose header is decoded and checked and whose body is still
+/// JSON ([`Envelope::decode_raw`]).
+#[derive(Debug, Clone)]
+pub struct RawEnvelope {
+    /// See [`Envelope::id`].
+    pub id: Uuid,
+    /// See [`Envelope::from`].
+    pub from: String,
+    /// See [`Envelope::ts`].
+    pub ts: DateTime<Utc>,
+    /// See [`Envelope::expires`].
+    pub expires: Option<DateTime<Utc>>,
+    /// See [`Envelope::corr`].
+    pub corr: Option<String>,
+    /// The kind named by the header.
+    pub kind: Kind,
+    /// The body, not yet checked against its kind's shape.
+    pub body: Value,
+    /// See [`Envelope::sig`].
+    pub sig: Option<String>,
+    /// Canonical bytes of the received envelope without `sig`.
+    pub signed: Vec<u8>,
+}
+
+impl RawEnvelope {
+    /// The header alone (the body replaced by `null`), for a refusal that
+    /// must name the message after its body was consumed.
+    pub fn clone_header(&self) -> RawEnvelope {
+        RawEnvelope {
+            id: self.id,
+            from: self.from.clone(),
+            ts: self.ts,
+            expires: self.expires,
+            corr: self.corr.clone(),
+            kind: self.kind,
+            body: Value::Null,
+            sig: None,
+            signed: Vec::new(),
+        }
+    }
+
+    /// Checks the body against its kind's shape and bounds.
+    pub fn typed(self) -> Result<Decoded, ProtoError> {
+        let msg = Message::from_parts(self.kind, self.body)?;
         Ok(Decoded {
             envelope: Envelope {
-                id,
-                from,
-                ts,
-                expires,
-                corr,
+                id: self.id,
+                from: self.from,
+                ts: self.ts,
+                expires: self.expires,
+                corr: self.corr,
                 msg,
-                sig,
+                sig: self.sig,
             },
-            signed,
+            signed: self.signed,
         })
     }
 }
@@ -281,6 +345,39 @@ mod tests {
             Envelope::decode(v.to_string().as_bytes()).unwrap_err(),
             ProtoError::Body { .. }
         ));
+    }
+
+    #[test]
+    fn bodies_and_nested_structs_must_be_objects() {
+        let e = Envelope::new(
+            "b",
+            Evacuate {
+                moves: vec![Move {
+                    gear: "g".into(),
+                    target: "a".into(),
+                }],
+                parallelism: None,
+                deadline: None,
+            },
+        );
+        let good: Value = serde_json::from_slice(&e.encode()).unwrap();
+        let body_error = |v: &Value| match Envelope::decode(v.to_string().as_bytes()) {
+            Err(ProtoError::Body { reason, .. }) => reason,
+            other => panic!("expected a body error, got {other:?}"),
+        };
+        // The body as the sequence form of its struct.
+        let mut v = good.clone();
+        v["kind"] = Value::from("cmd.deactivate");
+        v["body"] = serde_json::json!(["reason"]);
+        assert!(body_error(&v).contains("not a JSON object"));
+        // A nested struct (one move) as an array.
+        let mut v = good.clone();
+        v["body"]["moves"][0] = serde_json::json!(["g", "a"]);
+        assert_eq!(
+            body_error(&v),
+            "body.moves[0] is a JSON array where an object is expected"
+        );
+        assert!(Envelope::decode(good.to_string().as_bytes()).is_ok());
     }
 
     #[test]

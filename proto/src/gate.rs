@@ -1,14 +1,17 @@
 //! The signed-message gate: the one chain every receiver runs before it acts
 //! on bytes from the bus.
 //!
-//! 1. **decode** the envelope (bounded; see [`Envelope::decode`]);
+//! 1. **decode** the envelope's header (bounded; see
+//!    [`Envelope::decode_raw`]); the body stays JSON for now;
 //! 2. **kind**: refuse a kind the receiver does not expect on this
 //!    destination (cheap, and before any signature work, so that a flood of
 //!    junk costs only its counting);
-//! 3. **signature, key and role** ([`Keyring::verify_signature`]);
+//! 3. **signature, key and role** ([`Keyring::verify_raw`]);
 //! 4. **time**: `expires` and the skew window ([`TimePolicy`]), unless the
 //!    receiver reads from a durable queue where age is no reason to refuse;
-//! 5. **replay**: the id was not seen within the window, when the receiver
+//! 5. **body**: its shape and bounds for its kind (only a message from a
+//!    trusted sender costs a full decode);
+//! 6. **replay**: the id was not seen within the window, when the receiver
 //!    keeps a replay record ([`Replay`]).
 //!
 //! The gate decides; it does not count, log or answer. A [`Refusal`] carries
@@ -19,7 +22,7 @@
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
-use crate::envelope::{Decoded, Envelope};
+use crate::envelope::{Decoded, Envelope, RawEnvelope};
 use crate::error::{AuthError, ProtoError};
 use crate::msg::{Kind, Role};
 use crate::replay::ReplayGuard;
@@ -111,7 +114,8 @@ pub struct Admitted {
 /// The step of the gate that refused a message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Step {
-    /// The bytes are not a v1 envelope.
+    /// The bytes are not a v1 envelope, or its body does not have its
+    /// kind's shape.
     Decode,
     /// The kind is not taken on this destination.
     Kind,
@@ -152,6 +156,32 @@ impl Refusal {
             kind: Some(env.kind()),
             corr: env.corr.clone(),
         }
+    }
+
+    fn of_raw(
+        raw: &RawEnvelope,
+        step: Step,
+        reason: &'static str,
+        detail: impl AsRef<str>,
+    ) -> Refusal {
+        Refusal {
+            step,
+            reason,
+            detail: clip(detail.as_ref()),
+            id: Some(raw.id),
+            from: Some(raw.from.clone()),
+            kind: Some(raw.kind),
+            corr: raw.corr.clone(),
+        }
+    }
+
+    fn raw_auth(raw: &RawEnvelope, e: &AuthError) -> Refusal {
+        let step = match e {
+            AuthError::Expired(_) | AuthError::Stale { .. } => Step::Time,
+            _ => Step::Auth,
+        };
+        let detail = format!("{} from {}: {e}", raw.kind, raw.from);
+        Refusal::of_raw(raw, step, e.reason_label(), detail)
     }
 
     fn undecodable(bytes: &[u8], e: &ProtoError) -> Refusal {
@@ -217,19 +247,56 @@ impl<'k> Gate<'k> {
         self.time
     }
 
-    /// Steps 1 to 4: decode, kind, signature and role, time.
+    /// Steps 1 to 5: header, kind, signature and role, time, body.
     pub fn admit(
         &self,
         bytes: &[u8],
         expect: Expect,
         now: DateTime<Utc>,
     ) -> Result<Admitted, Refusal> {
-        let decoded = Envelope::decode(bytes).map_err(|e| Refusal::undecodable(bytes, &e))?;
-        self.admit_decoded(decoded, expect, now)
+        let raw = Envelope::decode_raw(bytes).map_err(|e| Refusal::undecodable(bytes, &e))?;
+        self.admit_raw(raw, expect, now)
     }
 
-    /// Steps 2 to 4 on a message already decoded (a receiver that looked at
+    /// Steps 2 to 5 on a header already decoded (a receiver that looked at
     /// it first, for example to keep only the newest report of each node).
+    pub fn admit_raw(
+        &self,
+        raw: RawEnvelope,
+        expect: Expect,
+        now: DateTime<Utc>,
+    ) -> Result<Admitted, Refusal> {
+        if !(expect.kinds)(raw.kind) {
+            let detail = format!("{} from {} is not taken here", raw.kind, raw.from);
+            return Err(Refusal::of_raw(&raw, Step::Kind, UNEXPECTED_KIND, detail));
+        }
+        let role = self
+            .keyring
+            .verify_raw(&raw)
+            .map_err(|e| Refusal::raw_auth(&raw, &e))?;
+        if let Some(roles) = expect.roles
+            && !roles.contains(&role)
+        {
+            let e = wrong_role(raw.sig.as_deref(), role, raw.kind);
+            return Err(Refusal::raw_auth(&raw, &e));
+        }
+        if expect.time {
+            self.time
+                .check_times(raw.ts, raw.expires, now)
+                .map_err(|e| Refusal::raw_auth(&raw, &e))?;
+        }
+        let head = raw.clone_header();
+        let decoded = raw
+            .typed()
+            .map_err(|e| Refusal::of_raw(&head, Step::Decode, e.reason_label(), e.to_string()))?;
+        Ok(Admitted {
+            envelope: decoded.envelope,
+            role,
+        })
+    }
+
+    /// Steps 2 to 4 on a message already decoded in full (its body was
+    /// checked by [`Envelope::decode`]).
     pub fn admit_decoded(
         &self,
         decoded: Decoded,
@@ -254,16 +321,7 @@ impl<'k> Gate<'k> {
         if let Some(roles) = expect.roles
             && !roles.contains(&role)
         {
-            let e = AuthError::WrongRole {
-                key: env
-                    .sig
-                    .as_deref()
-                    .and_then(|s| s.split(':').nth(1))
-                    .unwrap_or_default()
-                    .to_string(),
-                role: role.to_string(),
-                kind: env.kind().to_string(),
-            };
+            let e = wrong_role(env.sig.as_deref(), role, env.kind());
             return Err(Refusal::auth(env, &e));
         }
         if expect.time {
@@ -277,7 +335,7 @@ impl<'k> Gate<'k> {
         })
     }
 
-    /// Steps 1 to 5: [`Gate::admit`], then the replay record.
+    /// Steps 1 to 6: [`Gate::admit`], then the replay record.
     pub fn admit_once(
         &self,
         bytes: &[u8],
@@ -290,6 +348,19 @@ impl<'k> Gate<'k> {
             .check_and_record(a.envelope.id, a.envelope.ts, now)
             .map_err(|e| Refusal::auth(&a.envelope, &e))?;
         Ok(a)
+    }
+}
+
+fn wrong_role(sig: Option<&str>, role: Role, kind: Kind) -> AuthError {
+    AuthError::WrongRole {
+        key: sig
+            .and_then(|s| s.split(':').nth(1))
+            .unwrap_or_default()
+            .chars()
+            .take(32)
+            .collect(),
+        role: role.to_string(),
+        kind: kind.to_string(),
     }
 }
 
@@ -398,6 +469,30 @@ mod tests {
             g.admit(&fresh, operators_only, now).unwrap_err().reason,
             "wrong_role"
         );
+    }
+
+    #[test]
+    fn the_signer_is_checked_before_the_body() {
+        let (k, ring) = ring();
+        let g = Gate::new(&ring, TimePolicy::default());
+        let now = Utc::now();
+        // A broker key may not send events: wrong_role, although the body is
+        // not an event's either.
+        let env = Envelope::new_at("b", Deactivate::default(), now);
+        let mut v: serde_json::Value = serde_json::from_slice(&env.encode()).unwrap();
+        v["kind"] = "event.ack".into();
+        let bytes = k.seal_value(&v);
+        let r = g.admit(&bytes, Expect::any(), now).unwrap_err();
+        assert_eq!(r.reason, "wrong_role");
+        assert_eq!(r.step, Step::Auth);
+
+        // A trusted sender with a malformed body: bad_body, after the checks.
+        let mut v: serde_json::Value = serde_json::from_slice(&env.encode()).unwrap();
+        v["body"] = serde_json::json!(["reason"]);
+        let bytes = k.seal_value(&v);
+        let r = g.admit(&bytes, COMMANDS, now).unwrap_err();
+        assert_eq!((r.reason, r.step), ("bad_body", Step::Decode));
+        assert_eq!(r.kind, Some(Kind::Deactivate));
     }
 
     #[test]

@@ -33,7 +33,7 @@ pub mod replay;
 pub mod routing;
 pub mod sign;
 
-pub use envelope::{Decoded, Envelope};
+pub use envelope::{Decoded, Envelope, RawEnvelope};
 pub use error::{AuthError, ProtoError};
 pub use gate::{Admitted, Expect, Gate, Refusal, Step};
 pub use msg::{Kind, Message, Role};

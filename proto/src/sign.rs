@@ -12,11 +12,11 @@ use std::collections::HashMap;
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as B64;
 use chrono::{DateTime, Duration, Utc};
-use ed25519_dalek::pkcs8::{DecodePrivateKey, DecodePublicKey, EncodePrivateKey, EncodePublicKey};
+use ed25519_dalek::pkcs8::{DecodePrivateKey, DecodePublicKey, EncodePublicKey};
 use ed25519_dalek::{Signature, Signer, SigningKey, Verifier as _, VerifyingKey};
 use sha2::{Digest, Sha256};
 
-use crate::envelope::{Decoded, Envelope, format_ts};
+use crate::envelope::{Decoded, Envelope, RawEnvelope, format_ts};
 use crate::error::AuthError;
 use crate::msg::{Kind, Role};
 
@@ -44,6 +44,13 @@ pub fn key_id(key: &VerifyingKey) -> String {
     let digest = Sha256::digest(key.as_bytes());
     hex::encode(&digest[..8])
 }
+
+/// DER of a PKCS#8 v1 `PrivateKeyInfo` for Ed25519 up to the seed:
+/// SEQUENCE (46 bytes) { INTEGER 0, SEQUENCE { OID 1.3.101.112 },
+/// OCTET STRING { OCTET STRING (32 bytes) } }.
+const PKCS8_V1_PREFIX: [u8; 16] = [
+    0x30, 0x2e, 0x02, 0x01, 0x00, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x70, 0x04, 0x22, 0x04, 0x20,
+];
 
 /// A private signing key with its key id.
 #[derive(Clone)]
@@ -85,12 +92,16 @@ impl KeyPair {
         Ok(KeyPair { key, id })
     }
 
-    /// The private key as PKCS#8 PEM.
+    /// The private key as PKCS#8 v1 PEM (RFC 8410: the 32-byte seed only, 48
+    /// bytes of DER), exactly what `openssl genpkey -algorithm ed25519`
+    /// writes; OpenSSL 3 and Python's `cryptography` read it. (The v2 form
+    /// with the public key, which `ed25519-dalek` writes, they refuse.)
     pub fn to_pem(&self) -> String {
-        self.key
-            .to_pkcs8_pem(Default::default())
-            .map(|z| z.to_string())
-            .unwrap_or_default()
+        let mut der = Vec::with_capacity(PKCS8_V1_PREFIX.len() + 32);
+        der.extend_from_slice(&PKCS8_V1_PREFIX);
+        der.extend_from_slice(&self.key.to_bytes());
+        let b64 = B64.encode(&der);
+        format!("-----BEGIN PRIVATE KEY-----\n{b64}\n-----END PRIVATE KEY-----\n")
     }
 
     /// The public key as SubjectPublicKeyInfo PEM.
@@ -120,6 +131,21 @@ impl KeyPair {
             self.id,
             B64.encode(sig.to_bytes())
         ));
+    }
+
+    /// Signs an envelope given as JSON, whatever it holds (`sig` is
+    /// replaced): for tools and tests that must send what [`Envelope`] would
+    /// not build, such as a hostile client's malformed bodies. A value that
+    /// is not an object is signed as an empty envelope.
+    pub fn seal_value(&self, env: &serde_json::Value) -> Vec<u8> {
+        let mut m = env.as_object().cloned().unwrap_or_default();
+        m.remove("sig");
+        let mut signed = Vec::new();
+        crate::canonical::write_object(&m, &mut signed);
+        let sig = self.key.sign(&signed);
+        let sig = format!("{ALG_ED25519}:{}:{}", self.id, B64.encode(sig.to_bytes()));
+        m.insert("sig".into(), serde_json::Value::String(sig));
+        serde_json::Value::Object(m).to_string().into_bytes()
     }
 
     /// Signs and encodes in one step.
@@ -192,7 +218,21 @@ impl Keyring {
     /// Checks the signature of a decoded message and that its key's role may
     /// send its kind. Returns the signing key's role.
     pub fn verify_signature(&self, d: &Decoded) -> Result<Role, AuthError> {
-        let sig = d.envelope.sig.as_deref().ok_or(AuthError::Unsigned)?;
+        self.verify_parts(d.envelope.sig.as_deref(), &d.signed, d.envelope.kind())
+    }
+
+    /// [`Keyring::verify_signature`] before the body is decoded.
+    pub fn verify_raw(&self, r: &RawEnvelope) -> Result<Role, AuthError> {
+        self.verify_parts(r.sig.as_deref(), &r.signed, r.kind)
+    }
+
+    fn verify_parts(
+        &self,
+        sig: Option<&str>,
+        signed: &[u8],
+        kind: Kind,
+    ) -> Result<Role, AuthError> {
+        let sig = sig.ok_or(AuthError::Unsigned)?;
         let mut parts = sig.splitn(3, ':');
         let (alg, kid, b64) = match (parts.next(), parts.next(), parts.next()) {
             (Some(a), Some(k), Some(b)) => (a, k, b),
@@ -221,9 +261,8 @@ impl Keyring {
         let signature = Signature::from_bytes(&raw);
         trusted
             .key
-            .verify(&d.signed, &signature)
+            .verify(signed, &signature)
             .map_err(|_| AuthError::BadSignature)?;
-        let kind = d.envelope.kind();
         if !kind.allowed_roles().contains(&trusted.role) {
             return Err(AuthError::WrongRole {
                 key: kid.to_string(),
@@ -253,14 +292,24 @@ impl Default for TimePolicy {
 impl TimePolicy {
     /// Checks `expires` and `ts` against `now`.
     pub fn check(&self, env: &Envelope, now: DateTime<Utc>) -> Result<(), AuthError> {
-        if let Some(exp) = env.expires
+        self.check_times(env.ts, env.expires, now)
+    }
+
+    /// [`TimePolicy::check`] on the two header fields.
+    pub fn check_times(
+        &self,
+        ts: DateTime<Utc>,
+        expires: Option<DateTime<Utc>>,
+        now: DateTime<Utc>,
+    ) -> Result<(), AuthError> {
+        if let Some(exp) = expires
             && exp <= now
         {
             return Err(AuthError::Expired(format_ts(exp)));
         }
-        if (now - env.ts).abs() > self.window {
+        if (now - ts).abs() > self.window {
             return Err(AuthError::Stale {
-                ts: format_ts(env.ts),
+                ts: format_ts(ts),
                 window_secs: self.window.num_seconds(),
             });
         }
@@ -290,6 +339,7 @@ pub fn requires_signature(_kind: Kind) -> bool {
 mod tests {
     use super::*;
     use crate::msg::{Activate, Deactivate, Ping};
+    use ed25519_dalek::pkcs8::EncodePrivateKey;
 
     fn ring(k: &KeyPair, role: Role) -> Keyring {
         let mut r = Keyring::new();
@@ -306,6 +356,21 @@ mod tests {
             ring(&k, Role::Broker).verify_signature(&d),
             Ok(Role::Broker)
         );
+    }
+
+    #[test]
+    fn private_pem_is_pkcs8_v1_and_both_versions_are_read() {
+        let k = KeyPair::from_seed(&[9; 32]);
+        let pem = k.to_pem();
+        let b64: String = pem.lines().filter(|l| !l.starts_with("-----")).collect();
+        let der = B64.decode(b64).unwrap();
+        assert_eq!(der.len(), 48);
+        assert_eq!(&der[..16], &PKCS8_V1_PREFIX);
+        // The v2 form (with the public key) that earlier versions wrote.
+        let v2 = k.key.to_pkcs8_pem(Default::default()).unwrap().to_string();
+        assert_ne!(v2, pem);
+        assert_eq!(KeyPair::from_pem(&v2).unwrap().id(), k.id());
+        assert_eq!(KeyPair::from_pem(&pem).unwrap().id(), k.id());
     }
 
     #[test]

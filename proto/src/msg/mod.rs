@@ -199,16 +199,61 @@ fn to_value<T: Serialize>(b: &T) -> Value {
     serde_json::to_value(b).unwrap_or(Value::Null)
 }
 
-fn from_value<T: DeserializeOwned + Validate>(kind: Kind, body: Value) -> Result<T, ProtoError> {
-    let b: T = serde_json::from_value(body).map_err(|e| ProtoError::Body {
-        kind: kind.as_str().to_string(),
-        reason: e.to_string(),
-    })?;
-    b.validate().map_err(|reason| ProtoError::Body {
+fn from_value<T: DeserializeOwned + Serialize + Validate>(
+    kind: Kind,
+    body: Value,
+) -> Result<T, ProtoError> {
+    let refuse = |reason: String| ProtoError::Body {
         kind: kind.as_str().to_string(),
         reason,
-    })?;
+    };
+    if !body.is_object() {
+        return Err(refuse("the body is not a JSON object".into()));
+    }
+    // serde also accepts a struct written as a JSON array of its fields (its
+    // "sequence form"); the protocol does not: every struct is an object.
+    // Keep the input to compare its shape with the typed value's.
+    let shape = body.clone();
+    let b: T = serde_json::from_value(body).map_err(|e| refuse(e.to_string()))?;
+    if let Some(path) = array_for_object(&shape, &to_value(&b), &mut String::new()) {
+        return Err(refuse(format!(
+            "{path} is a JSON array where an object is expected"
+        )));
+    }
+    b.validate().map_err(refuse)?;
     Ok(b)
+}
+
+/// Where `input` holds an array at a place where the typed value (`typed`,
+/// the body serialized back) holds an object: the path of the first such
+/// place, or `None`.
+fn array_for_object(input: &Value, typed: &Value, path: &mut String) -> Option<String> {
+    match (input, typed) {
+        (Value::Array(_), Value::Object(_)) => Some(if path.is_empty() {
+            "body".to_string()
+        } else {
+            format!("body{path}")
+        }),
+        (Value::Object(i), Value::Object(t)) => i.iter().find_map(|(k, iv)| {
+            let tv = t.get(k)?;
+            let len = path.len();
+            path.push('.');
+            path.push_str(k);
+            let found = array_for_object(iv, tv, path);
+            path.truncate(len);
+            found
+        }),
+        (Value::Array(i), Value::Array(t)) => {
+            i.iter().zip(t).enumerate().find_map(|(n, (iv, tv))| {
+                let len = path.len();
+                path.push_str(&format!("[{n}]"));
+                let found = array_for_object(iv, tv, path);
+                path.truncate(len);
+                found
+            })
+        }
+        _ => None,
+    }
 }
 
 /// Bounds every body checks after decoding, beyond what its type expresses.
