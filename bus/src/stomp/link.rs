@@ -15,10 +15,10 @@ use super::dest;
 use super::frame::{Command, Frame};
 use super::parse::{Item, Limits};
 use super::session::{self, HeartBeats};
+use crate::ConnectOptions;
 use crate::backoff::Backoff;
 use crate::error::BusError;
 use crate::url::StompFlavor;
-use crate::ConnectOptions;
 
 /// Anything we can speak STOMP over.
 pub(crate) trait Stream: AsyncRead + AsyncWrite + Unpin + Send {}

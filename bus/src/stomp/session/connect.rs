@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use crate::stomp::frame::{Command, Frame};
 use crate::error::BusError;
+use crate::stomp::frame::{Command, Frame};
 
 /// A peer is declared dead after this many of its heart-beat intervals of silence.
 pub const PEER_SILENCE_FACTOR: u32 = 2;

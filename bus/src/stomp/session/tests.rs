@@ -397,7 +397,11 @@ fn unsubscribe_recycles_the_connection_for_stranded_deliveries() {
     let receipt = o.frames[0].get("receipt").unwrap().to_string();
     let (r, _) = t.receipt(&receipt);
     let lost = r.unwrap_err();
-    assert!(lost.reason.contains("give back 2 deliveries"), "{}", lost.reason);
+    assert!(
+        lost.reason.contains("give back 2 deliveries"),
+        "{}",
+        lost.reason
+    );
 }
 
 #[test]
@@ -492,7 +496,11 @@ fn deadlines_follow_the_servers_heart_beat_header() {
     assert_eq!(t.s.next_deadline(), Some(t.now + S(2)));
     t.advance(MS(1600));
     t.s.received(Item::HeartBeat, t.now).unwrap();
-    assert_eq!(t.s.next_deadline(), Some(start + S(5)), "our EOL is due first");
+    assert_eq!(
+        t.s.next_deadline(),
+        Some(start + S(5)),
+        "our EOL is due first"
+    );
     // A server that declines: no timers at all.
     let none = negotiate(S(1), Some("0,0")).unwrap();
     assert_eq!(T::with(none).s.next_deadline(), None);
@@ -514,7 +522,11 @@ fn close_fails_every_call_and_ends_every_subscription() {
     let mut failed: Vec<u32> = o.failed().iter().map(|(id, _)| *id).collect();
     failed.sort_unstable();
     assert_eq!(failed, vec![2, 3, 4]);
-    assert!(o.failed().iter().all(|(_, e)| matches!(e, BusError::Closed)));
+    assert!(
+        o.failed()
+            .iter()
+            .all(|(_, e)| matches!(e, BusError::Closed))
+    );
     assert_eq!(o.ended, vec![1, 2]);
     assert!(!t.s.is_connected());
 }
