@@ -6,7 +6,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use gearshift_bus::{BusError, ConsumeOptions, Delivery, OutMessage, QueueSpec, Subscription};
 
-use crate::harness::{Harness, wait_reconnected};
+use super::harness::{Harness, wait_reconnected};
 
 const WAIT: Duration = Duration::from_secs(10);
 /// How long we listen to be sure something does NOT arrive.

@@ -4,7 +4,7 @@
 //! Prints figures, asserts no timing. Ignored by default:
 //!
 //! ```text
-//! cargo test -p gearshift-bus --release --test amqp_throughput -- --ignored --nocapture
+//! cargo test -p gearshift-bus --release --test it amqp_throughput -- --ignored --nocapture
 //! ```
 
 use std::time::{Duration, Instant};
