@@ -143,24 +143,7 @@ impl AmqpBus {
 
     async fn publish_to(&self, exchange: &str, key: &str, msg: OutMessage) -> Result<(), BusError> {
         self.shared.check_open()?;
-        if msg.payload.len() > MAX_PAYLOAD {
-            return Err(BusError::TooLarge {
-                size: msg.payload.len(),
-                limit: MAX_PAYLOAD,
-            });
-        }
-        check_key("routing key", key, true)?;
-        let mut props = BasicProperties::default()
-            .with_content_type("application/json".into())
-            .with_delivery_mode(if msg.persistent { 2 } else { 1 });
-        if let Some(r) = &msg.reply_to {
-            check_key("reply_to", r, false)?;
-            props = props.with_reply_to(r.as_str().into());
-        }
-        if let Some(c) = &msg.correlation_id {
-            check_key("correlation_id", c, false)?;
-            props = props.with_correlation_id(c.as_str().into());
-        }
+        let props = properties(key, &msg)?;
         let op_timeout = self.shared.opts.op_timeout;
         let deadline = Instant::now() + op_timeout;
         let timed_out = || BusError::Timeout {
@@ -320,6 +303,29 @@ impl AmqpBus {
             },
         ))
     }
+}
+
+/// Checks a message (size, key, reply address) and makes its AMQP properties.
+fn properties(key: &str, msg: &OutMessage) -> Result<BasicProperties, BusError> {
+    if msg.payload.len() > MAX_PAYLOAD {
+        return Err(BusError::TooLarge {
+            size: msg.payload.len(),
+            limit: MAX_PAYLOAD,
+        });
+    }
+    check_key("routing key", key, true)?;
+    let mut props = BasicProperties::default()
+        .with_content_type("application/json".into())
+        .with_delivery_mode(if msg.persistent { 2 } else { 1 });
+    if let Some(r) = &msg.reply_to {
+        check_key("reply_to", r, false)?;
+        props = props.with_reply_to(r.as_str().into());
+    }
+    if let Some(c) = &msg.correlation_id {
+        check_key("correlation_id", c, false)?;
+        props = props.with_correlation_id(c.as_str().into());
+    }
+    Ok(props)
 }
 
 impl Drop for AmqpBus {

@@ -170,25 +170,7 @@ pub(super) fn dispatch(inner: &Arc<Inner>, st: &mut State, name: &str) {
             Err(mpsc::error::TrySendError::Full(_)) => {
                 // Only transient subscriptions can be full: wait for room, then retry.
                 q.ready.push_front(m);
-                c.waiting = true;
-                let tx = c.tx.clone();
-                let id = c.id;
-                let weak = Arc::downgrade(inner);
-                let qname = name.to_string();
-                tokio::spawn(async move {
-                    let ok = tx.reserve().await.is_ok();
-                    if let Some(inner) = weak.upgrade() {
-                        let mut st = lock(&inner);
-                        if let Some(q) = st.queues.get_mut(&qname)
-                            && let Some(c) = q.consumers.iter_mut().find(|c| c.id == id)
-                        {
-                            c.waiting = false;
-                        }
-                        if ok {
-                            dispatch(&inner, &mut st, &qname);
-                        }
-                    }
-                });
+                wait_for_room(inner, c, name);
             }
             Err(mpsc::error::TrySendError::Closed(_)) => {
                 q.ready.push_front(m);
@@ -198,6 +180,29 @@ pub(super) fn dispatch(inner: &Arc<Inner>, st: &mut State, name: &str) {
             }
         }
     }
+}
+
+/// Marks `c` waiting until its subscription has room, then dispatches again.
+fn wait_for_room(inner: &Arc<Inner>, c: &mut Consumer, name: &str) {
+    c.waiting = true;
+    let tx = c.tx.clone();
+    let id = c.id;
+    let weak = Arc::downgrade(inner);
+    let qname = name.to_string();
+    tokio::spawn(async move {
+        let ok = tx.reserve().await.is_ok();
+        if let Some(inner) = weak.upgrade() {
+            let mut st = lock(&inner);
+            if let Some(q) = st.queues.get_mut(&qname)
+                && let Some(c) = q.consumers.iter_mut().find(|c| c.id == id)
+            {
+                c.waiting = false;
+            }
+            if ok {
+                dispatch(&inner, &mut st, &qname);
+            }
+        }
+    });
 }
 
 pub(super) struct MemAck {
