@@ -1,6 +1,6 @@
 //! The one retry policy of the bus: how long to wait before reconnecting
 //! (AMQP and STOMP alike), before restarting a consumer, and for callers of
-//! [`crate::backoff`] elsewhere in the workspace.
+//! [`crate::backoff()`] elsewhere in the workspace.
 //!
 //! The exponential schedule is [`backon`]'s (`min`, doubling, capped at
 //! `max`). Its own jitter adds up to 100 % of a step and may exceed `max`;

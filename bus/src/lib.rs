@@ -46,7 +46,7 @@ pub use api::{
     AckHandle, Bus, BusEvent, ConsumeOptions, Delivery, Durability, OutMessage, QueueSpec,
     SharedBus, Subscription,
 };
-pub use backoff::{Backoff, Delays};
+pub use backoff::Backoff;
 pub use error::BusError;
 pub use url::{BusUrl, StompFlavor};
 

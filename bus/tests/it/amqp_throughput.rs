@@ -11,10 +11,7 @@ use std::time::{Duration, Instant};
 
 use gearshift_bus::{ConnectOptions, OutMessage, QueueSpec};
 
-fn broker_url() -> String {
-    std::env::var("GEARSHIFT_TEST_AMQP_URL")
-        .unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".into())
-}
+use crate::rabbit::amqp_url as broker_url;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "benchmark: prints publish rates, run with --ignored --nocapture"]

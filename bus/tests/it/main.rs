@@ -11,6 +11,7 @@
 //! | `stomp_tls` | `stomp+ssl://` with a private CA |
 //! | `stomp_codec_props` | property tests of the codec |
 //! | `stomp_support` | the in-process STOMP broker |
+//! | `rabbit` | the real RabbitMQ: URLs, `rabbitmqctl`, unique names |
 //!
 //! Tests whose name contains `disruptive` make the broker drop every
 //! connection; the test script runs them in a separate, serial pass.
@@ -18,6 +19,7 @@
 mod amqp_throughput;
 mod amqp_transport;
 mod conformance;
+mod rabbit;
 mod stomp_codec_props;
 mod stomp_heartbeat;
 mod stomp_rabbitmq;

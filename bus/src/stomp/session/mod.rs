@@ -6,11 +6,16 @@
 //!   connections: subscriptions and their ids, receipts awaited, unacked
 //!   deliveries per subscription, the heart-beat clock, and what to send
 //!   again after a reconnect. Its methods take requests, frames and `now`,
-//!   and queue [`Output`]s (frames to write, answers, deliveries, events)
-//!   for the driver, which owns the socket and the timers and only moves
-//!   bytes. Tested with plain `#[test]`s and a made-up clock.
+//!   and queue outputs (frames to write, answers to callers, deliveries,
+//!   events) for the driver, which owns the socket and the timers and only
+//!   moves bytes.
 //!
-//! [`Output`]: self
+//! ## Layout
+//! - this file: the machine's state, connection lifecycle and requests.
+//! - `inbound`: RECEIPT, MESSAGE and ERROR frames.
+//! - `heart`: the heart-beat clock of one connection.
+//! - `io`: requests, batches and outputs (the machine's vocabulary).
+//! - `tests`: plain `#[test]`s with a made-up clock.
 
 pub mod connect;
 mod heart;

@@ -27,13 +27,9 @@ mod outage;
 mod proxy;
 
 use self::proxy::Proxy;
+use crate::rabbit::{amqp_url as broker_url, rabbitmqctl, uniq};
 
 const WAIT: Duration = Duration::from_secs(10);
-
-fn broker_url() -> String {
-    std::env::var("GEARSHIFT_TEST_AMQP_URL")
-        .unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".into())
-}
 
 fn broker_addr() -> SocketAddr {
     let u = url::Url::parse(&broker_url()).expect("test AMQP URL");
@@ -52,10 +48,6 @@ fn url_via(scheme: &str, addr: SocketAddr) -> String {
     u.set_host(Some(&addr.ip().to_string())).expect("host");
     u.set_port(Some(addr.port())).expect("port");
     u.to_string()
-}
-
-fn uniq() -> String {
-    format!("t{}", &uuid::Uuid::new_v4().simple().to_string()[..12])
 }
 
 fn options(name: &str) -> ConnectOptions {
@@ -116,20 +108,6 @@ async fn wait_event(
             Err(_) => panic!("expected bus event did not come"),
         }
     }
-}
-
-async fn rabbitmqctl(args: &[&str]) -> String {
-    let out = tokio::process::Command::new("rabbitmqctl")
-        .args(args)
-        .output()
-        .await
-        .expect("run rabbitmqctl (is RabbitMQ installed on this machine?)");
-    assert!(
-        out.status.success(),
-        "rabbitmqctl {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 async fn queue_names() -> BTreeSet<String> {
