@@ -11,6 +11,8 @@
 //!
 //! ## Layout
 //! - [`api`]: the trait, messages, deliveries, subscriptions, queue specs.
+//! - [`mod@backoff`]: the one retry policy (reconnects of both transports,
+//!   consumer restarts, and [`fn@backoff`] for the agents), on `backon`.
 //! - [`url`]: bus URL parsing (no network access).
 //! - [`reply`]: request/reply on top of any transport.
 //! - [`memory`], [`amqp`], [`stomp`]: the transports.
@@ -29,6 +31,7 @@
 #[cfg(feature = "amqp")]
 pub mod amqp;
 pub mod api;
+pub mod backoff;
 pub mod error;
 pub mod memory;
 pub mod reply;
@@ -43,6 +46,7 @@ pub use api::{
     AckHandle, Bus, BusEvent, ConsumeOptions, Delivery, Durability, OutMessage, QueueSpec,
     SharedBus, Subscription,
 };
+pub use backoff::Backoff;
 pub use error::BusError;
 pub use url::{BusUrl, StompFlavor};
 
@@ -111,9 +115,8 @@ pub async fn connect(url: &str, opts: ConnectOptions) -> Result<SharedBus, BusEr
 
 /// Delay before reconnect attempt number `attempt` (0-based): exponential
 /// from `min` to `max`, with up to 20 % random jitter so that a fleet does not
-/// reconnect in lock step.
+/// reconnect in lock step; never more than `max`. The same policy as the
+/// transports' own reconnects ([`Backoff`]).
 pub fn backoff(attempt: u32, min: Duration, max: Duration) -> Duration {
-    let base = min.saturating_mul(1u32 << attempt.min(16)).min(max);
-    let jitter = base.mul_f64(rand::random::<f64>() * 0.2);
-    (base + jitter).min(max.max(min))
+    Backoff::new(min, max).delay(attempt)
 }

@@ -17,7 +17,7 @@
 //! ## Reconnection
 //! A supervisor task owns the connection. When it is lost (broker restart,
 //! `rabbitmqctl close_all_connections`, missed heart-beats) it reports
-//! [`BusEvent::Disconnected`], reconnects forever with [`crate::backoff`],
+//! [`BusEvent::Disconnected`], reconnects forever with [`crate::Backoff`],
 //! declares the exchange again, every named queue and binding this bus
 //! declared, restarts every live consumer (the existing [`Subscription`]s keep
 //! receiving), and only then reports [`BusEvent::Connected`]. Operations issued
@@ -28,15 +28,18 @@
 //! ## Layout
 //! - `link`: one connection: endpoint, TLS socket, channels, loss detection, errors.
 //! - `topology`: what to restore (queues, bindings, consumers), consumer tasks, acks.
+//! - `supervisor`: the first connection, reconnects, restoring the topology,
+//!   repairing consumers.
 //!
 //! TLS (`amqps://`) uses [`crate::tls`]: a private CA or the system's roots,
 //! an optional client certificate, and a server-name override.
 
 mod link;
+mod supervisor;
 mod topology;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -47,6 +50,7 @@ use tokio::time::{Instant, timeout, timeout_at};
 use tokio_util::sync::CancellationToken;
 
 use self::link::{Endpoint, Link, map_error, not_sent};
+use self::supervisor::{first_link, repairer, supervise};
 use self::topology::{Guard, Slot, Source, Start, Topology, check_key, check_spec};
 use crate::api::{
     Bus, BusEvent, ConsumeOptions, Delivery, Durability, OutMessage, QueueSpec, SharedBus,
@@ -81,7 +85,7 @@ pub(crate) struct Shared {
     closed: CancellationToken,
     generations: AtomicU64,
     reconnects: AtomicU64,
-    /// Connection generations whose consumers need restarting (see [`repair`]).
+    /// Connection generations whose consumers need restarting (see `supervisor::repair`).
     repairs: mpsc::UnboundedSender<u64>,
 }
 
@@ -139,24 +143,7 @@ impl AmqpBus {
 
     async fn publish_to(&self, exchange: &str, key: &str, msg: OutMessage) -> Result<(), BusError> {
         self.shared.check_open()?;
-        if msg.payload.len() > MAX_PAYLOAD {
-            return Err(BusError::TooLarge {
-                size: msg.payload.len(),
-                limit: MAX_PAYLOAD,
-            });
-        }
-        check_key("routing key", key, true)?;
-        let mut props = BasicProperties::default()
-            .with_content_type("application/json".into())
-            .with_delivery_mode(if msg.persistent { 2 } else { 1 });
-        if let Some(r) = &msg.reply_to {
-            check_key("reply_to", r, false)?;
-            props = props.with_reply_to(r.as_str().into());
-        }
-        if let Some(c) = &msg.correlation_id {
-            check_key("correlation_id", c, false)?;
-            props = props.with_correlation_id(c.as_str().into());
-        }
+        let props = properties(key, &msg)?;
         let op_timeout = self.shared.opts.op_timeout;
         let deadline = Instant::now() + op_timeout;
         let timed_out = || BusError::Timeout {
@@ -318,41 +305,33 @@ impl AmqpBus {
     }
 }
 
+/// Checks a message (size, key, reply address) and makes its AMQP properties.
+fn properties(key: &str, msg: &OutMessage) -> Result<BasicProperties, BusError> {
+    if msg.payload.len() > MAX_PAYLOAD {
+        return Err(BusError::TooLarge {
+            size: msg.payload.len(),
+            limit: MAX_PAYLOAD,
+        });
+    }
+    check_key("routing key", key, true)?;
+    let mut props = BasicProperties::default()
+        .with_content_type("application/json".into())
+        .with_delivery_mode(if msg.persistent { 2 } else { 1 });
+    if let Some(r) = &msg.reply_to {
+        check_key("reply_to", r, false)?;
+        props = props.with_reply_to(r.as_str().into());
+    }
+    if let Some(c) = &msg.correlation_id {
+        check_key("correlation_id", c, false)?;
+        props = props.with_correlation_id(c.as_str().into());
+    }
+    Ok(props)
+}
+
 impl Drop for AmqpBus {
     fn drop(&mut self) {
         // The supervisor closes the connection and ends the subscriptions.
         self.shared.closed.cancel();
-    }
-}
-
-/// The first connection, retried within `connect_timeout` while the broker is unreachable.
-async fn first_link(endpoint: &Endpoint, opts: &ConnectOptions) -> Result<Arc<Link>, BusError> {
-    let deadline = Instant::now() + opts.connect_timeout;
-    let mut attempt = 0;
-    let mut last: Option<BusError> = None;
-    loop {
-        let err = match timeout_at(deadline, Link::open(endpoint, 0)).await {
-            Ok(Ok(link)) => return Ok(link),
-            Ok(Err(e)) if !e.is_retryable() => return Err(e),
-            Ok(Err(e)) => e,
-            Err(_) => {
-                let why = last
-                    .map(|e| format!(": last error: {e}"))
-                    .unwrap_or_default();
-                return Err(BusError::Connect {
-                    endpoint: endpoint.display.clone(),
-                    reason: format!("no connection within {:?}{why}", opts.connect_timeout),
-                });
-            }
-        };
-        let delay = crate::backoff(attempt, opts.reconnect_min, opts.reconnect_max);
-        attempt = attempt.saturating_add(1);
-        if Instant::now() + delay >= deadline {
-            return Err(err);
-        }
-        tracing::debug!(endpoint = %endpoint.display, error = %err, "AMQP connect failed; retrying");
-        last = Some(err);
-        tokio::time::sleep(delay).await;
     }
 }
 
@@ -450,224 +429,6 @@ impl Shared {
             s.dropped.cancel();
         }
     }
-}
-
-/// (Re)starts every wanted consumer that does not run on `link`; returns how many failed.
-async fn restore_consumers(
-    shared: &Arc<Shared>,
-    link: &Arc<Link>,
-    topo: &mut Topology,
-) -> Result<usize, BusError> {
-    let Topology { queues, slots, .. } = topo;
-    let mut failed = 0;
-    for slot in slots.values_mut() {
-        if slot.dropped.is_cancelled() {
-            // Being removed by its guard.
-            continue;
-        }
-        if slot
-            .running
-            .as_ref()
-            .is_some_and(|r| r.runs_on(link.generation))
-        {
-            continue;
-        }
-        if let Some(old) = slot.running.take()
-            && old.channel.status().connected()
-        {
-            // The broker cancelled this consumer on a live channel: release the channel.
-            tokio::spawn(async move {
-                let _ = old.channel.close(200, "consumer restarted".into()).await;
-            });
-        }
-        let spec = match &slot.source {
-            Source::Queue(name) => queues.get(name),
-            Source::Pattern(_) => None,
-        };
-        let start = Start {
-            source: &slot.source,
-            spec,
-            prefetch: slot.prefetch,
-            manual_ack: slot.manual_ack,
-            tx: slot.tx.clone(),
-            dropped: slot.dropped.clone(),
-        };
-        match timeout(shared.opts.op_timeout, topology::start(shared, link, start)).await {
-            Ok(Ok(r)) => slot.running = Some(r),
-            Ok(Err(e)) => {
-                if link.check_lost() {
-                    return Err(e);
-                }
-                tracing::error!(source = ?slot.source, error = %e, "cannot restart a consumer; will retry");
-                failed += 1;
-            }
-            Err(_) => {
-                link.mark_lost("restoring a consumer timed out");
-                return Err(BusError::Timeout {
-                    what: format!("restarting the consumer of {:?}", slot.source),
-                    after: shared.opts.op_timeout,
-                });
-            }
-        }
-    }
-    Ok(failed)
-}
-
-/// A transient queue whose consumers were all dropped (their guards are
-/// about to forget it): it went with them and must not come back.
-fn transient_being_dropped(topo: &Topology, q: &QueueSpec) -> bool {
-    if q.durability != Durability::Transient {
-        return false;
-    }
-    let mut users = topo
-        .slots
-        .values()
-        .filter(|s| matches!(&s.source, Source::Queue(n) if *n == q.name))
-        .peekable();
-    users.peek().is_some() && users.all(|s| s.dropped.is_cancelled())
-}
-
-/// Declares the whole topology on a new connection and restarts consumers.
-async fn restore(shared: &Arc<Shared>, link: &Arc<Link>) -> Result<(), BusError> {
-    let mut topo = shared.topo.lock().await;
-    let specs: Vec<QueueSpec> = topo
-        .queues
-        .values()
-        .filter(|q| !transient_being_dropped(&topo, q))
-        .cloned()
-        .collect();
-    for spec in &specs {
-        match timeout(shared.opts.op_timeout, topology::declare(link, spec)).await {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => {
-                if link.check_lost() {
-                    return Err(e);
-                }
-                tracing::error!(queue = %spec.name, error = %e, "cannot declare a queue again after reconnecting");
-            }
-            Err(_) => {
-                link.mark_lost("restoring the topology timed out");
-                return Err(BusError::Timeout {
-                    what: format!("declaring queue {:?}", spec.name),
-                    after: shared.opts.op_timeout,
-                });
-            }
-        }
-    }
-    let failed = restore_consumers(shared, link, &mut topo).await?;
-    if failed > 0 {
-        shared.request_repair(link.generation);
-    }
-    Ok(())
-}
-
-/// Runs the repairs that consumer tasks ask for, one at a time.
-async fn repairer(shared: std::sync::Weak<Shared>, mut rx: mpsc::UnboundedReceiver<u64>) {
-    while let Some(generation) = rx.recv().await {
-        let Some(shared) = shared.upgrade() else {
-            return;
-        };
-        if shared.closed.is_cancelled() {
-            return;
-        }
-        repair(shared, generation).await;
-    }
-}
-
-/// Restarts consumers that ended while their connection lives on, with backoff,
-/// until they run or that connection is gone (the supervisor takes over then).
-async fn repair(shared: Arc<Shared>, generation: u64) {
-    let mut attempt = 0;
-    loop {
-        let delay = crate::backoff(
-            attempt.min(8),
-            shared.opts.reconnect_min.max(Duration::from_millis(100)),
-            shared.opts.reconnect_max.max(Duration::from_secs(1)),
-        );
-        attempt += 1;
-        tokio::select! {
-            _ = tokio::time::sleep(delay) => {}
-            _ = shared.closed.cancelled() => return,
-        }
-        let link = match &*shared.state.borrow() {
-            State::Up(l) if l.generation == generation && !l.lost.is_cancelled() => l.clone(),
-            _ => return,
-        };
-        let mut topo = shared.topo.lock().await;
-        match restore_consumers(&shared, &link, &mut topo).await {
-            Ok(0) => return,
-            Ok(_) => {}
-            Err(_) => return,
-        }
-    }
-}
-
-/// Owns the connection: waits for it to be lost, reconnects, restores.
-async fn supervise(shared: Arc<Shared>, mut link: Arc<Link>) {
-    let endpoint = shared.endpoint.display.clone();
-    'outer: loop {
-        tokio::select! {
-            _ = link.lost.cancelled() => {}
-            _ = shared.closed.cancelled() => break 'outer,
-        }
-        if shared.closed.is_cancelled() {
-            break;
-        }
-        let reason = link.reason();
-        tracing::warn!(%endpoint, %reason, "AMQP connection lost; reconnecting");
-        shared.state.send_replace(State::Down(reason.clone()));
-        let _ = shared.events.send(BusEvent::Disconnected { reason });
-        // A connection lost to missed heart-beats may still be half open.
-        let old = link.clone();
-        tokio::spawn(async move { old.close(Duration::from_secs(1)).await });
-
-        let mut attempt = 0u32;
-        link = loop {
-            let delay = crate::backoff(
-                attempt,
-                shared.opts.reconnect_min,
-                shared.opts.reconnect_max,
-            );
-            attempt = attempt.saturating_add(1);
-            tokio::select! {
-                _ = tokio::time::sleep(delay) => {}
-                _ = shared.closed.cancelled() => break 'outer,
-            }
-            let generation = shared.generations.fetch_add(1, Ordering::SeqCst) + 1;
-            let attempt_result = tokio::select! {
-                r = timeout(shared.opts.connect_timeout, Link::open(&shared.endpoint, generation)) => r,
-                _ = shared.closed.cancelled() => break 'outer,
-            };
-            let new = match attempt_result {
-                Ok(Ok(l)) => l,
-                Ok(Err(e)) => {
-                    tracing::warn!(%endpoint, attempt, error = %e, "AMQP reconnect failed");
-                    continue;
-                }
-                Err(_) => {
-                    tracing::warn!(%endpoint, attempt, "AMQP reconnect timed out");
-                    continue;
-                }
-            };
-            match restore(&shared, &new).await {
-                Ok(()) => break new,
-                Err(e) => {
-                    tracing::warn!(%endpoint, error = %e, "restoring the topology failed; reconnecting");
-                    new.close(Duration::from_secs(1)).await;
-                }
-            }
-        };
-        if shared.closed.is_cancelled() {
-            break;
-        }
-        let n = shared.reconnects.fetch_add(1, Ordering::SeqCst) + 1;
-        shared.state.send_replace(State::Up(link.clone()));
-        tracing::info!(%endpoint, reconnects = n, "AMQP connection restored");
-        let _ = shared.events.send(BusEvent::Connected { reconnects: n });
-    }
-    shared.state.send_replace(State::Closed);
-    link.close(CLOSE_WAIT).await;
-    shared.end_subscriptions().await;
 }
 
 #[async_trait]

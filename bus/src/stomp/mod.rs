@@ -4,9 +4,14 @@
 //! - [`frame`]: frames, commands, header escaping (pure).
 //! - [`parse`]: the bounded, resumable decoder and the encoder (pure).
 //! - [`codec`]: the thin `tokio_util` codec over [`parse`].
-//! - [`session`]: CONNECT, heart-beat negotiation, classifying the broker's answers (pure).
+//! - [`session`]: the session without I/O: CONNECT and heart-beat negotiation
+//!   ([`session::connect`]), and the state machine of subscriptions,
+//!   receipts, acks, heart-beat deadlines and what to resend after a
+//!   reconnect (`session::StompSession`, with its tests beside it).
 //! - [`dest`]: destinations per broker flavor (RabbitMQ, ActiveMQ), documented there.
-//! - `driver`: the connection task, the only owner of the socket and the timers.
+//! - `link`: one connection's setup (TCP, TLS, CONNECT, the exchange probe).
+//! - `driver`: the connection task, the only owner of the socket and the
+//!   timers: it moves bytes, commands and ticks through the session.
 //!
 //! ## Behaviour
 //! - CONNECT with `accept-version:1.2`, `host` (RabbitMQ: the virtual host),
@@ -22,7 +27,8 @@
 //! - Dropping a subscription NACKs (requeue) what it never settled, then UNSUBSCRIBEs.
 //! - An ERROR frame becomes [`BusError::Auth`] in answer to CONNECT, else
 //!   [`BusError::Server`] for the calls in flight, and the connection starts over.
-//! - A lost connection is re-established forever with [`crate::backoff`];
+//! - A lost connection is re-established forever with [`crate::Backoff`]
+//!   (the AMQP transport's policy too);
 //!   every live subscription is subscribed again (its `Subscription` keeps
 //!   delivering) before [`BusEvent::Connected`]. Calls made meanwhile wait,
 //!   each bounded by [`ConnectOptions::op_timeout`]; a publish whose receipt
@@ -33,6 +39,7 @@ pub mod codec;
 pub mod dest;
 mod driver;
 pub mod frame;
+mod link;
 pub mod parse;
 pub mod session;
 
@@ -43,9 +50,11 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio::sync::{broadcast, mpsc, oneshot};
 
-use self::driver::{Batch, Cmd, Driver, Endpoint, Incoming, Sub};
+use self::driver::{Cmd, Driver, Incoming};
 use self::frame::{Command, Frame};
+use self::link::Endpoint;
 use self::parse::Limits;
+use self::session::{Batch, Request, SubSpec, Verdict};
 use crate::api::{
     Bus, BusEvent, ConsumeOptions, Delivery, Durability, OutMessage, QueueSpec, SharedBus,
     Subscription,
@@ -53,7 +62,7 @@ use crate::api::{
 use crate::error::BusError;
 use crate::reply::ReplyRouter;
 use crate::url::StompFlavor;
-use crate::{BusUrl, ConnectOptions, backoff};
+use crate::{BusUrl, ConnectOptions};
 
 /// Prefetch of `subscribe` (topic) subscriptions, and their buffer.
 const TOPIC_PREFETCH: u16 = 256;
@@ -89,7 +98,7 @@ struct SubGuard {
 impl Drop for SubGuard {
     fn drop(&mut self) {
         if let Some(cmd) = self.cmd.upgrade() {
-            let _ = cmd.send(Cmd::Unsubscribe { key: self.key });
+            let _ = cmd.send(Cmd::Request(Request::Unsubscribe { key: self.key }));
         }
     }
 }
@@ -108,13 +117,13 @@ async fn forward(
         }
         if let Some((generation, ack_id)) = inc.auto_ack {
             let Some(cmd) = cmd.upgrade() else { return };
-            let _ = cmd.send(Cmd::Settle {
+            let _ = cmd.send(Cmd::Request(Request::Settle {
                 generation,
                 sub,
                 ack_id,
-                verdict: driver::Verdict::Ack,
-                done: None,
-            });
+                verdict: Verdict::Ack,
+                caller: None,
+            }));
         }
     }
 }
@@ -173,7 +182,7 @@ impl StompBus {
             opts,
             limits,
         });
-        let (conn, hb) = first_connection(&ep).await?;
+        let (conn, hb) = link::first_connection(&ep).await?;
         let (cmd, cmd_rx) = mpsc::unbounded_channel();
         let (events, _) = broadcast::channel(64);
         let driver = Driver::new(ep.clone(), cmd_rx, cmd.downgrade(), events.clone());
@@ -224,7 +233,7 @@ impl StompBus {
         batch.redeclare = redeclare;
         self.shared
             .cmd
-            .send(Cmd::Batch(batch))
+            .send(Cmd::Request(Request::Batch(batch)))
             .map_err(|_| BusError::Closed)?;
         self.wait(rx, what).await
     }
@@ -285,16 +294,15 @@ impl StompBus {
         let (tx, rx) = oneshot::channel();
         let mut batch = Batch::new(frames.clone(), tx);
         batch.sub = Some(key);
-        let sub = Sub {
-            frames,
-            tx: in_tx,
-            manual,
-            active: false,
-            unacked: Default::default(),
-        };
+        let sub = SubSpec { frames, manual };
         self.shared
             .cmd
-            .send(Cmd::Subscribe { key, sub, batch })
+            .send(Cmd::Subscribe {
+                key,
+                sub,
+                sink: in_tx,
+                batch,
+            })
             .map_err(|_| BusError::Closed)?;
         self.wait(rx, || what).await?;
         Ok(subscription)
@@ -302,43 +310,6 @@ impl StompBus {
 
     fn next_key(&self) -> u64 {
         self.shared.next_key.fetch_add(1, Ordering::Relaxed)
-    }
-}
-
-/// The first connection: retried with backoff on retryable network errors
-/// until `connect_timeout`, failing at once on anything else.
-async fn first_connection(ep: &Endpoint) -> Result<(driver::Conn, session::HeartBeats), BusError> {
-    let deadline = tokio::time::Instant::now() + ep.opts.connect_timeout;
-    let mut attempt = 0u32;
-    loop {
-        let r = tokio::time::timeout_at(deadline, async {
-            let (mut conn, hb) = driver::establish(ep).await?;
-            if ep.flavor == StompFlavor::RabbitMq {
-                driver::probe_exchange(ep, &mut conn).await?;
-            }
-            Ok::<_, BusError>((conn, hb))
-        })
-        .await;
-        let e = match r {
-            Ok(Ok(c)) => return Ok(c),
-            // A missing exchange is a deployment error: say so now.
-            Ok(Err(e @ BusError::Server(_))) => return Err(e),
-            Ok(Err(e)) if e.is_retryable() => e,
-            Ok(Err(e)) => return Err(e),
-            Err(_) => {
-                return Err(BusError::Timeout {
-                    what: format!("connecting to {}", ep.name()),
-                    after: ep.opts.connect_timeout,
-                });
-            }
-        };
-        let delay = backoff(attempt, ep.opts.reconnect_min, ep.opts.reconnect_max);
-        if tokio::time::Instant::now() + delay >= deadline {
-            return Err(e);
-        }
-        tracing::warn!(endpoint = %ep.name(), error = %e, attempt, "STOMP connect failed; retrying");
-        tokio::time::sleep(delay).await;
-        attempt = attempt.saturating_add(1);
     }
 }
 

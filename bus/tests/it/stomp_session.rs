@@ -1,7 +1,7 @@
 //! Session behaviour against the in-process broker: ERROR frames, close,
 //! publishes that outlive their connection, and the ActiveMQ destinations.
 
-mod stomp_support;
+use crate::stomp_support;
 
 use std::time::Duration;
 

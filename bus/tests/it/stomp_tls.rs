@@ -1,7 +1,7 @@
 //! `stomp+ssl://` end to end against an in-process STOMP broker behind
 //! tokio-rustls, with a private CA and a server certificate made here.
 
-mod stomp_support;
+use crate::stomp_support;
 
 use std::path::PathBuf;
 use std::sync::Arc;

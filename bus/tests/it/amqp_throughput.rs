@@ -4,17 +4,14 @@
 //! Prints figures, asserts no timing. Ignored by default:
 //!
 //! ```text
-//! cargo test -p gearshift-bus --release --test amqp_throughput -- --ignored --nocapture
+//! cargo test -p gearshift-bus --release --test it amqp_throughput -- --ignored --nocapture
 //! ```
 
 use std::time::{Duration, Instant};
 
 use gearshift_bus::{ConnectOptions, OutMessage, QueueSpec};
 
-fn broker_url() -> String {
-    std::env::var("GEARSHIFT_TEST_AMQP_URL")
-        .unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".into())
-}
+use crate::rabbit::amqp_url as broker_url;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "benchmark: prints publish rates, run with --ignored --nocapture"]

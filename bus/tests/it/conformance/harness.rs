@@ -59,14 +59,12 @@ pub struct Real {
 impl Real {
     pub fn amqp() -> Self {
         Real {
-            url: std::env::var("GEARSHIFT_TEST_AMQP_URL")
-                .unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".into()),
+            url: crate::rabbit::amqp_url(),
         }
     }
     pub fn stomp() -> Self {
         Real {
-            url: std::env::var("GEARSHIFT_TEST_STOMP_URL")
-                .unwrap_or_else(|_| "stomp://guest:guest@127.0.0.1:61613".into()),
+            url: crate::rabbit::stomp_url(),
         }
     }
 }
@@ -84,16 +82,7 @@ impl Harness for Real {
         }
     }
     async fn drop_all_connections(&self) {
-        let out = tokio::process::Command::new("rabbitmqctl")
-            .args(["close_all_connections", "gearshift conformance test"])
-            .output()
-            .await
-            .expect("run rabbitmqctl (is RabbitMQ installed on this machine?)");
-        assert!(
-            out.status.success(),
-            "rabbitmqctl close_all_connections failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        crate::rabbit::rabbitmqctl(&["close_all_connections", "gearshift conformance test"]).await;
     }
 }
 

@@ -2,7 +2,7 @@
 //! broker that falls silent is declared dead after twice its interval and the
 //! bus reconnects; a healthy one is never dropped; we keep sending EOLs.
 
-mod stomp_support;
+use crate::stomp_support;
 
 use std::time::Duration;
 

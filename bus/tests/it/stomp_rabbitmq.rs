@@ -7,10 +7,7 @@ use std::time::Duration;
 
 use gearshift_bus::{BusError, ConnectOptions, ConsumeOptions, OutMessage, QueueSpec, SharedBus};
 
-fn url() -> String {
-    std::env::var("GEARSHIFT_TEST_STOMP_URL")
-        .unwrap_or_else(|_| "stomp://guest:guest@127.0.0.1:61613".into())
-}
+use crate::rabbit::{rabbitmqctl, stomp_url as url, uniq};
 
 fn options() -> ConnectOptions {
     ConnectOptions {
@@ -30,24 +27,6 @@ async fn bus() -> SharedBus {
         .unwrap_or_else(|e| {
             panic!("cannot reach RabbitMQ's STOMP plugin ({e}): run scripts/setup-rabbitmq")
         })
-}
-
-fn uniq() -> String {
-    format!("t{}", &uuid::Uuid::new_v4().simple().to_string()[..12])
-}
-
-async fn rabbitmqctl(args: &[&str]) -> String {
-    let out = tokio::process::Command::new("rabbitmqctl")
-        .args(args)
-        .output()
-        .await
-        .expect("run rabbitmqctl (is RabbitMQ installed here?)");
-    assert!(
-        out.status.success(),
-        "rabbitmqctl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// `name durable auto_delete exclusive messages consumers` of one queue.

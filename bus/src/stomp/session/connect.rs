@@ -1,10 +1,10 @@
-//! Session rules of STOMP 1.2 that need no socket: the CONNECT frame,
-//! heart-beat negotiation, and how the broker's answers are classified.
+//! Opening a session (STOMP 1.2, no socket): the CONNECT frame, heart-beat
+//! negotiation, and how the broker's answers are classified.
 
 use std::time::Duration;
 
-use super::frame::{Command, Frame};
 use crate::error::BusError;
+use crate::stomp::frame::{Command, Frame};
 
 /// A peer is declared dead after this many of its heart-beat intervals of silence.
 pub const PEER_SILENCE_FACTOR: u32 = 2;

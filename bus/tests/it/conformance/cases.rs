@@ -6,15 +6,12 @@ use std::time::Duration;
 use bytes::Bytes;
 use gearshift_bus::{BusError, ConsumeOptions, Delivery, OutMessage, QueueSpec, Subscription};
 
-use crate::harness::{Harness, wait_reconnected};
+use super::harness::{Harness, wait_reconnected};
+use crate::rabbit::uniq;
 
 const WAIT: Duration = Duration::from_secs(10);
 /// How long we listen to be sure something does NOT arrive.
 const QUIET: Duration = Duration::from_millis(400);
-
-fn uniq() -> String {
-    format!("t{}", &uuid::Uuid::new_v4().simple().to_string()[..12])
-}
 
 async fn recv(sub: &mut Subscription) -> Delivery {
     match sub.next_timeout(WAIT).await {

@@ -4,10 +4,16 @@
 //!
 //! Agents in one process that connect to the same name share one
 //! [`MemoryBroker`]; `memory://` is the default broker.
+//!
+//! ## Layout
+//! - this file: the broker handle, connections and the [`Bus`] interface.
+//! - `queues`: queues, routing, dispatch with prefetch, acks and redelivery.
+
+mod queues;
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, LazyLock, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -15,8 +21,8 @@ use bytes::Bytes;
 use tokio::sync::{broadcast, mpsc};
 
 use crate::api::{
-    AckHandle, Bus, BusEvent, ConsumeOptions, Delivery, Durability, OutMessage, QueueSpec,
-    SharedBus, Subscription,
+    Bus, BusEvent, ConsumeOptions, Delivery, Durability, OutMessage, QueueSpec, SharedBus,
+    Subscription,
 };
 use crate::error::BusError;
 use crate::reply::ReplyRouter;
@@ -28,48 +34,9 @@ const SUBSCRIPTION_BUFFER: usize = 8192;
 
 static REGISTRY: LazyLock<Mutex<HashMap<String, MemoryBroker>>> = LazyLock::new(Mutex::default);
 
-#[derive(Clone)]
-struct Stored {
-    key: String,
-    payload: Bytes,
-    reply_to: Option<String>,
-    correlation_id: Option<String>,
-    redelivered: bool,
-}
-
-struct Consumer {
-    id: u64,
-    conn: u64,
-    tx: mpsc::Sender<Delivery>,
-    prefetch: usize,
-    in_flight: usize,
-    auto_ack: bool,
-    waiting: bool,
-}
-
-struct Queue {
-    durability: Durability,
-    max_length: Option<u32>,
-    bindings: Vec<String>,
-    owner: Option<u64>,
-    ready: VecDeque<Stored>,
-    consumers: Vec<Consumer>,
-    next_consumer: usize,
-    unacked: HashMap<u64, (Stored, u64)>,
-}
-
-#[derive(Default)]
-struct State {
-    queues: HashMap<String, Queue>,
-    next_tag: u64,
-    next_id: u64,
-}
-
-struct Inner {
-    state: Mutex<State>,
-    events: broadcast::Sender<BusEvent>,
-    resets: AtomicU64,
-}
+use self::queues::{
+    Consumer, ConsumerGuard, Inner, Queue, State, dispatch, enqueue, lock, requeue_all, stored,
+};
 
 /// One in-process broker.
 #[derive(Clone)]
@@ -87,11 +54,6 @@ impl Default for MemoryBroker {
     fn default() -> Self {
         Self::new()
     }
-}
-
-fn lock(inner: &Inner) -> MutexGuard<'_, State> {
-    // A panic while holding the lock leaves plain data behind; keep going.
-    inner.state.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl MemoryBroker {
@@ -185,217 +147,6 @@ impl MemoryBroker {
             enqueue(&self.inner, &mut st, name, stored(msg));
         }
         targets.len()
-    }
-}
-
-fn stored(msg: &OutMessage) -> Stored {
-    Stored {
-        key: msg.key.clone(),
-        payload: msg.payload.clone(),
-        reply_to: msg.reply_to.clone(),
-        correlation_id: msg.correlation_id.clone(),
-        redelivered: false,
-    }
-}
-
-fn enqueue(inner: &Arc<Inner>, st: &mut State, name: &str, m: Stored) {
-    if let Some(q) = st.queues.get_mut(name) {
-        q.ready.push_back(m);
-        // A bounded queue drops its oldest waiting messages (drop-head).
-        if let Some(max) = q.max_length {
-            while q.ready.len() > max as usize {
-                q.ready.pop_front();
-            }
-        }
-        dispatch(inner, st, name);
-    }
-}
-
-/// Moves unacked deliveries of the consumers selected by `which` back to the
-/// front of the queue, in their original order.
-fn requeue_all(q: &mut Queue, which: impl Fn(u64) -> bool) {
-    let mut back: Vec<(u64, Stored)> = Vec::new();
-    q.unacked.retain(|tag, (m, consumer)| {
-        if which(*consumer) {
-            back.push((*tag, m.clone()));
-            false
-        } else {
-            true
-        }
-    });
-    back.sort_by_key(|(tag, _)| std::cmp::Reverse(*tag));
-    for (_, mut m) in back {
-        m.redelivered = true;
-        q.ready.push_front(m);
-    }
-    for c in q.consumers.iter_mut() {
-        if which(c.id) {
-            c.in_flight = 0;
-        }
-    }
-}
-
-fn dispatch(inner: &Arc<Inner>, st: &mut State, name: &str) {
-    let State {
-        queues, next_tag, ..
-    } = st;
-    let Some(q) = queues.get_mut(name) else {
-        return;
-    };
-    loop {
-        if q.ready.is_empty() || q.consumers.is_empty() {
-            return;
-        }
-        // Drop consumers whose subscription is gone, returning their deliveries.
-        let dead: Vec<u64> = q
-            .consumers
-            .iter()
-            .filter(|c| c.tx.is_closed())
-            .map(|c| c.id)
-            .collect();
-        if !dead.is_empty() {
-            requeue_all(q, |c| dead.contains(&c));
-            q.consumers.retain(|c| !dead.contains(&c.id));
-            continue;
-        }
-        let n = q.consumers.len();
-        let Some(idx) = (0..n).map(|i| (q.next_consumer + i) % n).find(|&i| {
-            let c = &q.consumers[i];
-            !c.waiting && (c.auto_ack || c.in_flight < c.prefetch)
-        }) else {
-            return;
-        };
-        q.next_consumer = (idx + 1) % n;
-        let Some(m) = q.ready.pop_front() else { return };
-        *next_tag += 1;
-        let tag = *next_tag;
-        let c = &mut q.consumers[idx];
-        let acker: Option<Box<dyn AckHandle>> = if c.auto_ack {
-            None
-        } else {
-            Some(Box::new(MemAck {
-                inner: Arc::downgrade(inner),
-                queue: name.to_string(),
-                tag,
-            }))
-        };
-        let d = Delivery::new(
-            m.key.clone(),
-            m.payload.clone(),
-            m.reply_to.clone(),
-            m.correlation_id.clone(),
-            m.redelivered,
-            acker,
-        );
-        match c.tx.try_send(d) {
-            Ok(()) => {
-                if !c.auto_ack {
-                    c.in_flight += 1;
-                    q.unacked.insert(tag, (m, c.id));
-                }
-            }
-            Err(mpsc::error::TrySendError::Full(_)) => {
-                // Only transient subscriptions can be full: wait for room, then retry.
-                q.ready.push_front(m);
-                c.waiting = true;
-                let tx = c.tx.clone();
-                let id = c.id;
-                let weak = Arc::downgrade(inner);
-                let qname = name.to_string();
-                tokio::spawn(async move {
-                    let ok = tx.reserve().await.is_ok();
-                    if let Some(inner) = weak.upgrade() {
-                        let mut st = lock(&inner);
-                        if let Some(q) = st.queues.get_mut(&qname)
-                            && let Some(c) = q.consumers.iter_mut().find(|c| c.id == id)
-                        {
-                            c.waiting = false;
-                        }
-                        if ok {
-                            dispatch(&inner, &mut st, &qname);
-                        }
-                    }
-                });
-            }
-            Err(mpsc::error::TrySendError::Closed(_)) => {
-                q.ready.push_front(m);
-                let id = c.id;
-                requeue_all(q, |c| c == id);
-                q.consumers.retain(|c| c.id != id);
-            }
-        }
-    }
-}
-
-struct MemAck {
-    inner: Weak<Inner>,
-    queue: String,
-    tag: u64,
-}
-
-impl MemAck {
-    fn settle(&self, requeue: Option<bool>) -> Result<(), BusError> {
-        let inner = self.inner.upgrade().ok_or(BusError::Closed)?;
-        let mut st = lock(&inner);
-        let q = st
-            .queues
-            .get_mut(&self.queue)
-            .ok_or_else(|| BusError::Server(format!("queue {} no longer exists", self.queue)))?;
-        let (mut m, consumer) = q
-            .unacked
-            .remove(&self.tag)
-            .ok_or_else(|| BusError::Connect {
-                endpoint: "memory".into(),
-                reason: "delivery belongs to a connection that was reset; it will be redelivered"
-                    .into(),
-            })?;
-        if let Some(c) = q.consumers.iter_mut().find(|c| c.id == consumer) {
-            c.in_flight = c.in_flight.saturating_sub(1);
-        }
-        if requeue == Some(true) {
-            m.redelivered = true;
-            q.ready.push_front(m);
-        }
-        dispatch(&inner, &mut st, &self.queue);
-        Ok(())
-    }
-}
-
-#[async_trait]
-impl AckHandle for MemAck {
-    async fn ack(&self) -> Result<(), BusError> {
-        self.settle(None)
-    }
-    async fn nack(&self, requeue: bool) -> Result<(), BusError> {
-        self.settle(Some(requeue))
-    }
-}
-
-/// Removes a consumer when its subscription is dropped.
-struct ConsumerGuard {
-    inner: Weak<Inner>,
-    queue: String,
-    consumer: u64,
-}
-
-impl Drop for ConsumerGuard {
-    fn drop(&mut self) {
-        let Some(inner) = self.inner.upgrade() else {
-            return;
-        };
-        let mut st = lock(&inner);
-        let mut delete = false;
-        if let Some(q) = st.queues.get_mut(&self.queue) {
-            let id = self.consumer;
-            requeue_all(q, |c| c == id);
-            q.consumers.retain(|c| c.id != id);
-            delete = q.durability == Durability::Transient && q.consumers.is_empty();
-        }
-        if delete {
-            st.queues.remove(&self.queue);
-        } else {
-            dispatch(&inner, &mut st, &self.queue);
-        }
     }
 }
 
