@@ -147,14 +147,14 @@ impl Status {
                     min_nodes: s.min_nodes,
                     max_nodes: s.max_nodes,
                     stats: core.group_stats(&g, now),
-                    exhausted: st.exhausted.map(|e| {
+                    exhausted: st.supply.exhausted.map(|e| {
                         format!(
                             "since {}: {}",
                             e.since.format("%Y-%m-%d %H:%M:%S"),
                             e.reason
                         )
                     }),
-                    backoff_until: st.backoff_until.filter(|t| *t > now),
+                    backoff_until: st.supply.backoff_until.filter(|t| *t > now),
                 }
             })
             .collect();
@@ -190,7 +190,7 @@ impl Status {
         let mut ops: Vec<OpStatus> = core
             .ops()
             .map(|o| OpStatus {
-                id: o.id.clone(),
+                id: o.id.to_string(),
                 kind: o.kind().into(),
                 district: o.group.district.clone(),
                 profile: o.group.profile.clone(),
