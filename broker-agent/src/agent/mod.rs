@@ -295,7 +295,12 @@ impl Agent {
     }
 
     /// A handler call finished.
-    async fn on_call_done(&self, core: &mut Core, st: &mut RunState, done: CallDone) -> Result2<()> {
+    async fn on_call_done(
+        &self,
+        core: &mut Core,
+        st: &mut RunState,
+        done: CallDone,
+    ) -> Result2<()> {
         let (tag, call, res) = done;
         st.in_flight_calls = st.in_flight_calls.saturating_sub(1);
         self.metrics.handler_call(call, res.label());

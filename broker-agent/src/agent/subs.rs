@@ -27,7 +27,10 @@ pub(super) struct Subs {
 impl Subs {
     /// Whether every subscription is up.
     pub fn complete(&self) -> bool {
-        self.reports.is_some() && self.events.is_some() && self.admin.is_some() && self.pings.is_some()
+        self.reports.is_some()
+            && self.events.is_some()
+            && self.admin.is_some()
+            && self.pings.is_some()
     }
 
     /// `first` and the events already received: they share one journal

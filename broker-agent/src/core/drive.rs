@@ -7,12 +7,12 @@ use chrono::{DateTime, Utc};
 use gearshift_handlers::{GroupKey, HandlerError};
 use gearshift_proto::msg::{Decision, DecisionKind};
 
+use super::Core;
 use super::actions::{Action, CallTag, Effect, HandlerCall, Note, Out};
 use super::exhaustion::SupplyInput;
 use super::facts::Facts;
 use super::scale_down::{DownCtx, DownEnd, DownInput, DownOutcome, Origin, ScaleDown};
 use super::scale_up::{ScaleUp, UpCtx, UpInput, UpOutcome};
-use super::Core;
 use crate::ops::{Op, OpBody, OpId};
 
 impl Core {
@@ -78,7 +78,12 @@ impl Core {
     }
 
     /// Steps scale-up `id`.
-    pub(crate) fn drive_up(&mut self, id: &OpId, input: UpInput, now: DateTime<Utc>) -> Vec<Action> {
+    pub(crate) fn drive_up(
+        &mut self,
+        id: &OpId,
+        input: UpInput,
+        now: DateTime<Utc>,
+    ) -> Vec<Action> {
         let Some(op) = self.ops.get_mut(id) else {
             return vec![];
         };
@@ -290,7 +295,9 @@ impl Core {
                 Some(s) => s,
                 None => return vec![],
             },
-            SupplyInput::Failed(_) | SupplyInput::Joined => self.groups.entry(g.clone()).or_default(),
+            SupplyInput::Failed(_) | SupplyInput::Joined => {
+                self.groups.entry(g.clone()).or_default()
+            }
         };
         let out = state.supply.step(g, &self.cfg.policy, input, now);
         if out.changed {

@@ -74,7 +74,12 @@ impl<'a> Facts<'a> {
 
     /// Active, fresh nodes of the group other than the victim and other
     /// draining nodes, as placement candidates.
-    pub fn candidates(&self, g: &GroupKey, victim: &str, now: DateTime<Utc>) -> Vec<NodeProperties> {
+    pub fn candidates(
+        &self,
+        g: &GroupKey,
+        victim: &str,
+        now: DateTime<Utc>,
+    ) -> Vec<NodeProperties> {
         let draining = self.ops.draining_nodes();
         let free = self.fleet.district_free_uids(&g.district);
         self.fleet

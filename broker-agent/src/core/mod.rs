@@ -210,7 +210,12 @@ impl Core {
 
     /// Active, fresh nodes of the group other than `victim` and draining
     /// nodes, as placement candidates.
-    pub fn candidates(&self, g: &GroupKey, victim: &str, now: DateTime<Utc>) -> Vec<NodeProperties> {
+    pub fn candidates(
+        &self,
+        g: &GroupKey,
+        victim: &str,
+        now: DateTime<Utc>,
+    ) -> Vec<NodeProperties> {
         self.facts().candidates(g, victim, now)
     }
 

@@ -5,12 +5,12 @@ use std::collections::BTreeMap;
 use chrono::{DateTime, Utc};
 use gearshift_proto::msg::{AdminReply, AdminRequest, Message, NodeReport};
 
+use super::Core;
 use super::actions::{Action, CallResult, CallTag};
 use super::exhaustion::SupplyInput;
 use super::operator::{self, Abort, Evacuation, Order};
 use super::scale_down::{DownEnd, DownInput};
 use super::scale_up::UpInput;
-use super::Core;
 use crate::fleet::ReportRejected;
 use crate::ops::{OpBody, OpId};
 use crate::status::Status;
@@ -27,9 +27,7 @@ impl Core {
         // stopped) must not bring it back as a missing node.
         let removed_after_start = self.ops.iter().any(|op| {
             op.down().is_some_and(|d| {
-                d.node == node
-                    && d.end == Some(DownEnd::Removed)
-                    && op.updated >= report.started_at
+                d.node == node && d.end == Some(DownEnd::Removed) && op.updated >= report.started_at
             })
         });
         if removed_after_start && self.fleet.get(&node).is_none() {
@@ -58,7 +56,8 @@ impl Core {
             out.extend(self.drive_down(&id, report, now));
         }
         // React quickly when a group goes over a scale-up threshold.
-        if self.eval_due.is_none() && crate::policy::pressure_on(&self.facts(), &self.cfg, &node, now)
+        if self.eval_due.is_none()
+            && crate::policy::pressure_on(&self.facts(), &self.cfg, &node, now)
         {
             self.eval_due = Some(now + super::dur(self.cfg.policy.react_delay));
             self.pressure_seen.get_or_insert(now);

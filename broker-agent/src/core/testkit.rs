@@ -129,7 +129,14 @@ impl H {
     }
 }
 
-pub(crate) fn rep(node: &str, district: &str, profile: &str, max: u32, active: u32, idle: u32) -> NodeReport {
+pub(crate) fn rep(
+    node: &str,
+    district: &str,
+    profile: &str,
+    max: u32,
+    active: u32,
+    idle: u32,
+) -> NodeReport {
     NodeReport {
         node: node.into(),
         seq: 0,
@@ -174,7 +181,10 @@ pub(crate) fn kinds(a: &[Action]) -> Vec<DecisionKind> {
     decisions(a).into_iter().map(|d| d.0).collect()
 }
 
-pub(crate) fn explain<'a>(a: &'a [Action], district: &str) -> &'a gearshift_proto::msg::Explanation {
+pub(crate) fn explain<'a>(
+    a: &'a [Action],
+    district: &str,
+) -> &'a gearshift_proto::msg::Explanation {
     a.iter()
         .find_map(|x| match x {
             Action::Explain(e) if e.district == district => Some(e),

@@ -111,7 +111,13 @@ impl std::fmt::Debug for Dashboard {
 impl Dashboard {
     /// Watches `agent` (call before [`Agent::run`]) until `token` is cancelled.
     pub fn spawn(agent: &Agent, name: impl Into<String>, token: CancellationToken) -> Dashboard {
-        Dashboard::from_parts(agent.status(), agent.observe(), name, token, &agent.tracker())
+        Dashboard::from_parts(
+            agent.status(),
+            agent.observe(),
+            name,
+            token,
+            &agent.tracker(),
+        )
     }
 
     /// Watches a status channel and a decision stream until `token` is

@@ -271,7 +271,6 @@ impl Fleet {
             .collect()
     }
 
-
     /// The `oo-stats` figures of one group. Nodes in `exclude` (being
     /// removed) count neither as capacity nor as missing.
     pub fn group_stats(

@@ -93,7 +93,6 @@ fn sub_stats(total: &mut GroupStats, s: &GroupStats) {
     total.effective_available_gears -= s.effective_available_gears;
 }
 
-
 impl Fleet {
     /// Files `e` in the indexes and forgets what its group and district remembered.
     pub(super) fn index(&mut self, e: &NodeEntry) {
@@ -369,7 +368,6 @@ impl Fleet {
         self.district_uids(district)
             .map(|(c, u)| c.saturating_sub(u))
     }
-
 }
 
 #[derive(Debug, Clone, Default)]

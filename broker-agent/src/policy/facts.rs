@@ -38,7 +38,9 @@ impl GroupFacts {
 impl Eval<'_> {
     pub(super) fn group_facts(&self, key: &GroupKey) -> GroupFacts {
         let fleet = self.facts.fleet;
-        let stats = self.facts.group_stats_without(key, self.now, &self.removing);
+        let stats = self
+            .facts
+            .group_stats_without(key, self.now, &self.removing);
         let nodes = fleet
             .in_group(key)
             .filter(|e| !self.removing.contains(&e.report.node))

@@ -156,14 +156,12 @@ pub fn evaluate(
     let mut keys: BTreeSet<GroupKey> = facts.fleet.groups().into_iter().collect();
     keys.extend(cfg.configured_groups());
     keys.extend(facts.ops.in_flight().map(|o| o.group.clone()));
-    let all: BTreeMap<GroupKey, GroupFacts> =
-        keys.iter().map(|k| (k.clone(), ev.group_facts(k))).collect();
+    let all: BTreeMap<GroupKey, GroupFacts> = keys
+        .iter()
+        .map(|k| (k.clone(), ev.group_facts(k)))
+        .collect();
     let profiles = ev.profile_plans(&all);
-    let mut fleet_draining = facts
-        .ops
-        .in_flight()
-        .filter(|o| o.down().is_some())
-        .count() as u32;
+    let mut fleet_draining = facts.ops.in_flight().filter(|o| o.down().is_some()).count() as u32;
     let mut groups = Vec::with_capacity(all.len());
     for f in all.values() {
         let v = ev.group_verdict(f, &profiles, fleet_draining);

@@ -226,7 +226,10 @@ fn compact_threshold_waits_for_the_stabilization_window_then_drains_the_least_bu
     h.eval();
     refresh(&mut h, 300, &[("a", 95), ("b", 60), ("c", 40)]);
     h.eval();
-    assert_eq!(h.core.group_state(&g("d1", "small")).memory.underused_since, None);
+    assert_eq!(
+        h.core.group_state(&g("d1", "small")).memory.underused_since,
+        None
+    );
 }
 
 #[test]

@@ -59,7 +59,10 @@ impl Eval<'_> {
                 if remaining == 0 {
                     break;
                 }
-                pp.cancels.entry(f.key.clone()).or_default().push(op.clone());
+                pp.cancels
+                    .entry(f.key.clone())
+                    .or_default()
+                    .push(op.clone());
                 remaining -= 1;
             }
         }

@@ -35,7 +35,13 @@ fn quota_failures_exhaust_a_group_without_blocking_others_and_capacity_lifts_it(
         kinds(&a),
         vec![DecisionKind::HandlerFailed, DecisionKind::Exhausted]
     );
-    assert!(h.core.group_state(&g("d1", "small")).supply.exhausted.is_some());
+    assert!(
+        h.core
+            .group_state(&g("d1", "small"))
+            .supply
+            .exhausted
+            .is_some()
+    );
     // d1 is held as exhausted; d2 still scales when it needs to.
     h.advance(2);
     h.node("a", "d1", 95, 100);
@@ -72,5 +78,11 @@ fn quota_failures_exhaust_a_group_without_blocking_others_and_capacity_lifts_it(
         h.now,
     );
     assert_eq!(kinds(&r), vec![DecisionKind::ExhaustionLifted]);
-    assert!(h.core.group_state(&g("d1", "small")).supply.exhausted.is_none());
+    assert!(
+        h.core
+            .group_state(&g("d1", "small"))
+            .supply
+            .exhausted
+            .is_none()
+    );
 }

@@ -228,10 +228,7 @@ pub fn marked(node: &str, on: bool) -> AdminReply {
 
 /// The answer to a status request.
 pub fn status(s: &crate::status::Status) -> AdminReply {
-    ok(
-        "status".into(),
-        serde_json::to_value(s).unwrap_or_default(),
-    )
+    ok("status".into(), serde_json::to_value(s).unwrap_or_default())
 }
 
 #[cfg(test)]

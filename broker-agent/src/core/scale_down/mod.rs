@@ -296,7 +296,12 @@ impl ScaleDown {
     }
 
     /// The machine.
-    pub fn step(&mut self, cx: &mut DownCtx<'_>, input: DownInput<'_>, now: DateTime<Utc>) -> DownOut {
+    pub fn step(
+        &mut self,
+        cx: &mut DownCtx<'_>,
+        input: DownInput<'_>,
+        now: DateTime<Utc>,
+    ) -> DownOut {
         match input {
             DownInput::Start => {
                 let msg = Message::Deactivate(Deactivate {
@@ -305,9 +310,7 @@ impl ScaleDown {
                 self.enter(cx, DownStep::Deactivating, Some(msg), now)
             }
             DownInput::Event { from, msg } => self.on_event(cx, from, msg, now),
-            DownInput::Report { total_gears, busy } => {
-                self.on_report(cx, total_gears, busy, now)
-            }
+            DownInput::Report { total_gears, busy } => self.on_report(cx, total_gears, busy, now),
             DownInput::Result(r) => self.on_result(cx, r, now),
             DownInput::Tick => self.on_tick(cx, now),
             DownInput::Resume => self.resume(cx),
@@ -315,7 +318,13 @@ impl ScaleDown {
         }
     }
 
-    fn on_event(&mut self, cx: &mut DownCtx<'_>, from: &str, msg: &Message, now: DateTime<Utc>) -> DownOut {
+    fn on_event(
+        &mut self,
+        cx: &mut DownCtx<'_>,
+        from: &str,
+        msg: &Message,
+        now: DateTime<Utc>,
+    ) -> DownOut {
         if self.node != from {
             tracing::warn!(corr = %cx.op, from, node = %self.node, "event from another node than the operation's: ignored");
             return Out::none();
@@ -335,11 +344,9 @@ impl ScaleDown {
                 match r.reason.as_str() {
                     // A copy of a command it already has: its events follow.
                     "replayed" => Out::none(),
-                    "expired" | "stale" => self.resend(
-                        cx,
-                        format!("{from} refused the command: {}", r.detail),
-                        now,
-                    ),
+                    "expired" | "stale" => {
+                        self.resend(cx, format!("{from} refused the command: {}", r.detail), now)
+                    }
                     _ => self.step_failed(
                         cx,
                         format!("{from} refused the command ({}): {}", r.reason, r.detail),
@@ -432,7 +439,13 @@ impl ScaleDown {
     }
 
     /// Aborts (or cancels) a drain: the node is re-activated.
-    fn abort(&mut self, cx: &mut DownCtx<'_>, why: String, cancel: bool, now: DateTime<Utc>) -> DownOut {
+    fn abort(
+        &mut self,
+        cx: &mut DownCtx<'_>,
+        why: String,
+        cancel: bool,
+        now: DateTime<Utc>,
+    ) -> DownOut {
         if !self.step.cancellable() {
             return Out::none();
         }
@@ -535,11 +548,9 @@ impl ScaleDown {
             DownStep::Evacuating if now >= self.deadline => {
                 self.next_round(cx, "evacuation deadline passed".into(), now)
             }
-            DownStep::ConfirmingEmpty if now >= self.deadline => self.next_round(
-                cx,
-                "no report showed the node empty in time".into(),
-                now,
-            ),
+            DownStep::ConfirmingEmpty if now >= self.deadline => {
+                self.next_round(cx, "no report showed the node empty in time".into(), now)
+            }
             DownStep::Removing | DownStep::ConfirmingGone => self.removal_tick(cx, now),
             _ => Out::none(),
         }

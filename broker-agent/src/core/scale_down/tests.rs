@@ -34,7 +34,11 @@ fn full_scale_down_saga() {
     h.core.on_event("c", Some(op.as_str()), &p, h.now);
     assert_eq!(down(&h, &op).progress.moved, 4);
     // Events from another node are ignored.
-    assert!(h.core.on_event("b", Some(op.as_str()), &p, h.now).is_empty());
+    assert!(
+        h.core
+            .on_event("b", Some(op.as_str()), &p, h.now)
+            .is_empty()
+    );
     done(
         &mut h,
         &op,

@@ -317,10 +317,7 @@ impl ScaleUp {
         }
         self.step = UpStep::Joined;
         self.node = Some(node.clone());
-        let reason = format!(
-            "{node} reported for the first time, booted for {}",
-            cx.op
-        );
+        let reason = format!("{node} reported for the first time, booted for {}", cx.op);
         Out {
             outcome: Some(UpOutcome::Joined),
             ..Out::effect(Effect::Decide(Note {

@@ -124,7 +124,12 @@ fn provision_timeout_then_backoff_doubles_to_its_maximum() {
     }
     assert_eq!(waits, vec![10, 20, 30, 30, 30]);
     // A join resets the backoff.
-    h.now = h.core.group_state(&g("d1", "small")).supply.backoff_until.unwrap();
+    h.now = h
+        .core
+        .group_state(&g("d1", "small"))
+        .supply
+        .backoff_until
+        .unwrap();
     h.node("a", "d1", 95, 100);
     h.eval();
     let op = h.core.ops().find(|o| !o.is_done()).unwrap().id.clone();
