@@ -127,3 +127,49 @@ fn a_resumed_drain_plans_once_the_fleet_has_reported() {
     );
     assert_eq!(down(&h, &op).step, DownStep::Reactivating { cancel: false });
 }
+
+#[test]
+fn operator_requests_are_answered_with_what_they_set_off() {
+    use gearshift_proto::msg::AdminRequest;
+    use std::collections::BTreeMap;
+
+    let mut h = H::new(cfg_with(|_| {}));
+    quiet_fleet(&mut h, &[("a", 60), ("b", 60), ("c", 30)]);
+    let refused = BTreeMap::from([("stale".to_string(), 2u64)]);
+    let mut ask = |h: &mut H, req| {
+        h.core
+            .on_operator("alice", req, "broker-1", &refused, h.now)
+    };
+    let (r, acts) = ask(&mut h, AdminRequest::Status);
+    assert!(r.ok && acts.is_empty());
+    assert_eq!(r.data["agent"], "broker-1");
+    assert_eq!(r.data["refused"]["stale"], 2);
+    let (r, _) = ask(
+        &mut h,
+        AdminRequest::DoNotDisrupt {
+            node: "b".into(),
+            on: true,
+        },
+    );
+    assert_eq!(r.message, "b is marked do-not-disrupt");
+    assert!(h.core.take_changes().marks);
+    let (r, acts) = ask(&mut h, AdminRequest::Evacuate { node: "b".into() });
+    assert!(!r.ok && r.message.contains("do-not-disrupt") && acts.is_empty());
+    let (r, acts) = ask(&mut h, AdminRequest::Evacuate { node: "c".into() });
+    let op = r.data["op"].as_str().unwrap().to_string();
+    assert_eq!(r.message, format!("evacuating c as {op}"));
+    assert_eq!(kinds(&acts), vec![DecisionKind::ScaleDown]);
+    let (r, acts) = ask(&mut h, AdminRequest::Abort { op: op.clone() });
+    assert_eq!(r.message, format!("aborting {op}"));
+    assert!(matches!(
+        sends(&acts).pop().unwrap().3,
+        Message::Activate(_)
+    ));
+    let (r, _) = ask(
+        &mut h,
+        AdminRequest::Abort {
+            op: "op-none".into(),
+        },
+    );
+    assert_eq!((r.ok, r.message.as_str()), (false, "no operation op-none"));
+}

@@ -388,3 +388,74 @@ fn disruption_budget_and_min_nodes() {
     assert!(!rule(explain(&a, "d1"), "min_nodes").ok || kinds(&a).is_empty());
     assert!(kinds(&a).is_empty());
 }
+
+// ------------------------------------------------ the evaluation alone
+
+use crate::policy::{Memory, evaluate};
+
+#[test]
+fn evaluation_reads_and_changes_nothing() {
+    let mut h = H::new(cfg_with(short_windows));
+    h.node("a", "d1", 95, 100);
+    quiet_fleet_in(&mut h, "d2");
+    let before = journaled(&h);
+    let memory = Memory {
+        groups: h.core.group_states(),
+        breaker_open: false,
+    };
+    let cfg = h.core.config().clone();
+    let v = evaluate(&h.core.facts(), &cfg, &memory, h.now);
+    let again = evaluate(&h.core.facts(), &cfg, &memory, h.now);
+    assert_eq!(v, again, "the same inputs give the same verdicts");
+    assert!(!v.breaker.open);
+    let d1 = v.groups.iter().find(|x| x.key == g("d1", "small")).unwrap();
+    assert_eq!((d1.creates, d1.drain.as_ref()), (1, None));
+    assert!(
+        d1.up_reason.contains("DISTRICT_THRESHOLD"),
+        "{}",
+        d1.up_reason
+    );
+    assert_eq!(d1.explanation.outcome, Outcome::ScaleUp);
+    let d2 = v.groups.iter().find(|x| x.key == g("d2", "small")).unwrap();
+    assert_eq!(d2.explanation.outcome, Outcome::ScaleDown);
+    assert_eq!(d2.drain.as_ref().map(|d| d.node.as_str()), Some("d2-c"));
+    // Nothing was started or remembered.
+    assert_eq!(h.core.ops().count(), 0);
+    assert_eq!(h.core.group_states(), &before.groups.into_iter().collect());
+    assert!(h.core.take_changes().is_empty());
+}
+
+#[test]
+fn verdicts_carry_the_stabilization_memory_and_the_drain() {
+    let mut h = H::new(cfg_with(|_| {}));
+    quiet_fleet(&mut h, QUIET);
+    let memory = Memory {
+        groups: h.core.group_states(),
+        breaker_open: false,
+    };
+    let cfg = h.core.config().clone();
+    let v = evaluate(&h.core.facts(), &cfg, &memory, h.now);
+    let d1 = &v.groups[0];
+    assert_eq!(d1.underused_since, Some(h.now), "the window starts now");
+    assert!(d1.drain.is_none());
+    // Ten minutes later, with the window remembered: drain the least busy.
+    let mut h = H::new(cfg_with(|_| {}));
+    quiet_fleet(&mut h, QUIET);
+    h.core.group_mut(&g("d1", "small")).memory.underused_since = Some(h.now);
+    refresh(&mut h, 600, QUIET);
+    let memory = Memory {
+        groups: h.core.group_states(),
+        breaker_open: false,
+    };
+    let v = evaluate(&h.core.facts(), &cfg, &memory, h.now);
+    let drain = v.groups[0].drain.as_ref().unwrap();
+    assert_eq!(drain.node, "c");
+    assert_eq!(v.groups[0].underused_since, None);
+}
+
+/// Three quiet nodes in `district`.
+fn quiet_fleet_in(h: &mut H, district: &str) {
+    for (n, l) in QUIET {
+        h.node(&format!("{district}-{n}"), district, *l, 100);
+    }
+}

@@ -86,3 +86,101 @@ fn quota_failures_exhaust_a_group_without_blocking_others_and_capacity_lifts_it(
             .is_none()
     );
 }
+
+// ------------------------------------------------------- the machine alone
+
+use crate::core::actions::Effect;
+use crate::core::exhaustion::{Supply, SupplyInput};
+
+fn decided(out: &crate::core::exhaustion::SupplyOut) -> Vec<DecisionKind> {
+    out.effects
+        .iter()
+        .map(|e| match e {
+            Effect::Decide(n) => n.kind,
+            other => panic!("{other:?}"),
+        })
+        .collect()
+}
+
+#[test]
+fn machine_backoff_doubles_to_its_maximum_and_a_join_ends_it() {
+    let p = BrokerConfig::defaults().policy;
+    let grp = g("d1", "small");
+    let mut s = Supply::default();
+    let mut waits = vec![];
+    for _ in 0..5 {
+        let out = s.step(
+            &grp,
+            &p,
+            SupplyInput::Failed(HandlerError::Permanent("x".into())),
+            t0(),
+        );
+        assert!(out.changed && out.effects.is_empty() && !out.check);
+        waits.push((s.backoff_until.unwrap() - t0()).num_minutes());
+    }
+    assert_eq!(waits, vec![5, 10, 20, 30, 30]);
+    assert_eq!(s.quota_failures, 0);
+    s.step(&grp, &p, SupplyInput::Joined, t0());
+    assert_eq!((s.up_failures, s.backoff_until), (0, None));
+}
+
+#[test]
+fn machine_exhausts_after_quota_failures_checks_periodically_and_lifts() {
+    let p = BrokerConfig::defaults().policy;
+    let grp = g("d1", "small");
+    let quota = || SupplyInput::Failed(HandlerError::Quota("instances 10/10".into()));
+    let mut s = Supply::default();
+    assert!(decided(&s.step(&grp, &p, quota(), t0())).is_empty());
+    let out = s.step(&grp, &p, quota(), t0());
+    assert_eq!(decided(&out), vec![DecisionKind::Exhausted]);
+    let ex = s.exhausted.clone().unwrap();
+    assert_eq!(ex.next_check, t0() + Duration::minutes(5));
+    // Once exhausted, more quota failures say nothing new.
+    assert!(decided(&s.step(&grp, &p, quota(), t0())).is_empty());
+    // A non-quota failure resets the quota count but not the exhaustion.
+    s.step(
+        &grp,
+        &p,
+        SupplyInput::Failed(HandlerError::Busy("b".into())),
+        t0(),
+    );
+    assert_eq!(s.quota_failures, 0);
+    assert!(s.exhausted.is_some());
+    // The check is due at `next_check`, then five minutes later.
+    assert!(
+        !s.step(&grp, &p, SupplyInput::Tick, t0() + Duration::minutes(4))
+            .check
+    );
+    let at = t0() + Duration::minutes(5);
+    assert!(s.step(&grp, &p, SupplyInput::Tick, at).check);
+    assert!(!s.check_due(at));
+    let none = Capacity {
+        nodes_available: Some(0),
+        detail: "full".into(),
+    };
+    let out = s.step(&grp, &p, SupplyInput::Capacity(Ok(none)), at);
+    assert!(out.effects.is_empty() && out.changed);
+    let out = s.step(&grp, &p, SupplyInput::Capacity(Ok(Capacity::unknown())), at);
+    assert_eq!(decided(&out), vec![DecisionKind::ExhaustionLifted]);
+    assert_eq!(s.exhausted, None);
+    // One more quota failure exhausts it again.
+    assert_eq!(s.quota_failures, p.exhausted_after_quota_failures - 1);
+    assert_eq!(
+        decided(&s.step(&grp, &p, quota(), at)),
+        vec![DecisionKind::Exhausted]
+    );
+}
+
+#[test]
+fn machine_capacity_answers_for_a_group_that_is_not_exhausted_change_nothing() {
+    let p = BrokerConfig::defaults().policy;
+    let mut s = Supply::default();
+    let out = s.step(
+        &g("d1", "small"),
+        &p,
+        SupplyInput::Capacity(Ok(Capacity::unknown())),
+        t0(),
+    );
+    assert!(!out.changed && out.effects.is_empty());
+    assert_eq!(s, Supply::default());
+}

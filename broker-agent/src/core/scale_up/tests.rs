@@ -161,3 +161,121 @@ fn busy_cloud_is_retried_after_a_wait() {
     };
     assert_eq!(req.attempt, 2);
 }
+
+// ------------------------------------------------------- the machine alone
+
+use crate::core::actions::{Effect, Out};
+use crate::core::scale_up::{ScaleUp, UpCtx, UpInput, UpOutcome};
+
+fn up_cx<'a>(op: &'a OpId, group: &'a GroupKey, cfg: &'a BrokerConfig) -> UpCtx<'a> {
+    UpCtx {
+        op,
+        group,
+        created: t0(),
+        cfg,
+    }
+}
+
+fn only_call(out: &Out<UpOutcome>) -> HandlerCall {
+    match out.effects.as_slice() {
+        [Effect::Call(c)] => c.clone(),
+        other => panic!("expected one call, got {other:?}"),
+    }
+}
+
+#[test]
+fn machine_preflight_create_boot_then_provision_timeout() {
+    let cfg = BrokerConfig::defaults();
+    let (op, group) = (OpId::from("op-000000000001"), g("d1", "small"));
+    let cx = up_cx(&op, &group, &cfg);
+    let mut u = ScaleUp::new();
+    let out = u.step(&cx, UpInput::Start, t0());
+    assert!(matches!(only_call(&out), HandlerCall::Capacity { .. }));
+    assert!(out.touched);
+    let out = u.step(
+        &cx,
+        UpInput::Result(CallResult::Capacity(Ok(Capacity::unknown()))),
+        t0(),
+    );
+    let HandlerCall::Create(req) = only_call(&out) else {
+        panic!("{out:?}")
+    };
+    assert_eq!((req.op.as_str(), req.attempt), ("op-000000000001", 1));
+    assert_eq!(u.step, UpStep::Requesting);
+    let booted = CreateOutcome {
+        node: Some("n9".into()),
+        ..Default::default()
+    };
+    let at = t0() + Duration::seconds(5);
+    let out = u.step(&cx, UpInput::Result(CallResult::Create(Ok(booted))), at);
+    assert_eq!(out, Out::touched());
+    assert_eq!(u.step, UpStep::Booting { uncertain: false });
+    assert_eq!((u.node.as_deref(), u.requested_at), (Some("n9"), Some(at)));
+    // The provision timeout runs from the request.
+    let out = u.step(&cx, UpInput::Tick, at + Duration::minutes(14));
+    assert_eq!(out, Out::none());
+    let out = u.step(&cx, UpInput::Tick, at + Duration::minutes(15));
+    assert_eq!(out.outcome, Some(UpOutcome::TimedOut));
+    assert!(matches!(
+        &out.effects[..],
+        [Effect::Decide(n)] if n.kind == DecisionKind::ProvisionTimeout && n.reason.contains("op-000000000001")
+    ));
+    assert!(u.step.is_terminal());
+}
+
+#[test]
+fn machine_never_creates_twice_on_a_doubt() {
+    let cfg = BrokerConfig::defaults();
+    let (op, group) = (OpId::from("op-000000000002"), g("d1", "small"));
+    let cx = up_cx(&op, &group, &cfg);
+    let mut u = ScaleUp::new();
+    u.step(
+        &cx,
+        UpInput::Result(CallResult::Capacity(Ok(Capacity::unknown()))),
+        t0(),
+    );
+    let timeout = Err(HandlerError::Transient("timeout".into()));
+    let out = u.step(&cx, UpInput::Result(CallResult::Create(timeout)), t0());
+    assert!(matches!(only_call(&out), HandlerCall::Lookup { .. }));
+    assert_eq!(u.step, UpStep::Checking);
+    // A restart while checking asks again, never creates.
+    let out = u.step(&cx, UpInput::Resume, t0());
+    assert!(matches!(only_call(&out), HandlerCall::Lookup { .. }));
+    let out = u.step(
+        &cx,
+        UpInput::Result(CallResult::Lookup(Ok(Lookup::Unknown))),
+        t0(),
+    );
+    assert!(out.effects.is_empty());
+    assert_eq!(u.step, UpStep::Booting { uncertain: true });
+    assert_eq!(u.attempt, 1);
+    // An answer that does not fit the step changes nothing.
+    let stray = UpInput::Result(CallResult::Create(Ok(CreateOutcome::default())));
+    assert_eq!(u.step(&cx, stray, t0()), Out::none());
+}
+
+#[test]
+fn machine_quota_at_preflight_fails_and_joins_or_aborts_end_it() {
+    let cfg = BrokerConfig::defaults();
+    let (op, group) = (OpId::from("op-000000000003"), g("d1", "small"));
+    let cx = up_cx(&op, &group, &cfg);
+    let mut u = ScaleUp::new();
+    let full = Capacity {
+        nodes_available: Some(0),
+        detail: "cores 40/40".into(),
+    };
+    let out = u.step(&cx, UpInput::Result(CallResult::Capacity(Ok(full))), t0());
+    assert!(matches!(out.outcome, Some(UpOutcome::Failed(ref e)) if e.is_quota()));
+    assert!(matches!(&u.step, UpStep::Failed { kind, .. } if kind == "quota"));
+    // A join after the end changes nothing.
+    let join = UpInput::Joined { node: "n1".into() };
+    assert_eq!(u.step(&cx, join.clone(), t0()), Out::none());
+    let mut u = ScaleUp::new();
+    let out = u.step(&cx, join, t0());
+    assert_eq!(out.outcome, Some(UpOutcome::Joined));
+    assert_eq!(u.node.as_deref(), Some("n1"));
+    let mut u = ScaleUp::new();
+    let out = u.step(&cx, UpInput::Abort { by: "alice".into() }, t0());
+    assert_eq!(out, Out::touched());
+    assert!(matches!(&u.step, UpStep::Failed { kind, .. } if kind == "aborted"));
+}
