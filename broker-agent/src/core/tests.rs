@@ -136,7 +136,7 @@ fn operator_requests_are_answered_with_what_they_set_off() {
     let mut h = H::new(cfg_with(|_| {}));
     quiet_fleet(&mut h, &[("a", 60), ("b", 60), ("c", 30)]);
     let refused = BTreeMap::from([("stale".to_string(), 2u64)]);
-    let mut ask = |h: &mut H, req| {
+    let ask = |h: &mut H, req| {
         h.core
             .on_operator("alice", req, "broker-1", &refused, h.now)
     };

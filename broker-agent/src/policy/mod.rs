@@ -21,9 +21,8 @@
 //! decision. Every rule consulted ends up in the group's explanation.
 //!
 //! Layout: this file holds the inputs, the verdicts and the walk over the
-//! groups; [`facts`](self::facts) what one evaluation knows of a group,
-//! [`up`](self::up) the scale-up rules, [`down`](self::down) the scale-down
-//! rules and the victim choice.
+//! groups; `facts.rs` what one evaluation knows of a group, `up.rs` the
+//! scale-up rules, `down.rs` the scale-down rules and the victim choice.
 
 mod down;
 mod facts;

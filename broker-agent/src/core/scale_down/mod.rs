@@ -12,8 +12,8 @@
 //! of a removed node.
 //!
 //! Layout: this file holds the state, the inputs and the command steps;
-//! [`evacuate`](self::evacuate) plans and follows the evacuation rounds,
-//! [`remove`](self::remove) asks the handler to remove the node and waits
+//! `evacuate.rs` plans and follows the evacuation rounds,
+//! `remove.rs` asks the handler to remove the node and waits
 //! until it is gone.
 
 mod evacuate;
