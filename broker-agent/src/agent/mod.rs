@@ -218,8 +218,7 @@ impl Agent {
         let mut core = Core::new(self.cfg.clone(), self.planner.clone(), now);
         core.restore(self.journal.load()?);
         let (results_tx, mut results_rx) = mpsc::unbounded_channel::<CallDone>();
-        let first_eval = self.cfg.policy.interval.min(self.cfg.policy.startup_grace);
-        let mut st = RunState::new(results_tx, tokio::time::Instant::now() + first_eval);
+        let mut st = RunState::new(results_tx, tokio::time::Instant::now());
         let mut subs = Subs::default();
         self.metrics
             .watch_bus(&self.bus, token.clone(), &self.tracker);
@@ -234,6 +233,8 @@ impl Agent {
         if self.placement_service && self.cfg.agent.placement_service {
             self.spawn_placement(token.clone());
         }
+        let first_eval = self.cfg.policy.interval.min(self.cfg.policy.startup_grace);
+        st.next_eval = tokio::time::Instant::now() + first_eval;
         self.serve(&mut core, &mut st, &mut subs, &mut results_rx, &token)
             .await?;
         self.drain(&mut core, &mut st, &mut results_rx).await
