@@ -154,7 +154,7 @@ impl Journal {
         self.write(|tx| {
             let mut ops = tx.open_table(OPS).map_err(|e| self.store(e))?;
             for id in &ch.ops {
-                match core.op(id) {
+                match core.op(id.as_str()) {
                     Some(op) => {
                         ops.insert(id.as_str(), json(op).as_slice())
                             .map_err(|e| self.store(e))?;
@@ -233,7 +233,7 @@ mod tests {
         let j = Journal::open(dir.path()).unwrap();
         let r = j.load().unwrap();
         assert_eq!(r.ops.len(), 1);
-        assert_eq!(r.ops[0], core.op(&id).unwrap().clone());
+        assert_eq!(r.ops[0], core.op(id.as_str()).unwrap().clone());
         assert_eq!(r.groups, vec![(g.clone(), core.group_state(&g))]);
         assert!(r.marks.contains("n1"));
         assert!(r.meta.breaker_open);

@@ -7,16 +7,23 @@
 //! ## Layout
 //! - [`config`]: `conf/broker.toml`, its defaults and checks; [`perkey`] the
 //!   `"default, profile: value"` form of the seeds' advisor keys.
-//! - [`fleet`]: the fleet model and the `oo-stats` figures.
-//! - [`ops`]: the sagas' and groups' journaled state.
-//! - [`core`]: the pure state machine `(state, input, now) -> (state,
-//!   actions)`: reports, node events, handler results, deadlines, operator
-//!   requests; [`policy`] its evaluation of every node group.
+//! - [`fleet`]: the fleet model and the `oo-stats` figures (`fleet/sums.rs`:
+//!   the remembered sums that keep them cheap at fleet scale).
+//! - [`core`]: the brain without I/O, as small machines `(state, input,
+//!   now) -> (state, actions)`: [`core::scale_up`], [`core::scale_down`],
+//!   [`core::exhaustion`], [`core::operator`], and the coordinator
+//!   ([`core::Core`]) that routes reports, node events, handler results,
+//!   ticks and operator requests to them.
+//! - [`policy`]: the read-only evaluation of every node group,
+//!   `evaluate(facts, config, memory, now) -> verdicts`; the coordinator
+//!   applies the verdicts.
+//! - [`ops`]: the journaled records (operations, group state) and their
+//!   on-disk format; [`journal`]: the durable journal (redb).
 //! - [`planner`]: the evacuation planner interface.
-//! - [`journal`]: the durable journal (redb).
-//! - [`agent`]: the I/O driver: bus, timers, handlers, journal; [`status`]
-//!   and [`metrics`] what it shows; [`dashboard`] the web page on the
-//!   metrics listener.
+//! - [`agent`]: the I/O driver: bus (through the signed-message gate),
+//!   timers, handlers, journal, one task tracker; [`status`] and
+//!   [`metrics`] what it shows; [`dashboard`] the web page on the metrics
+//!   listener.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 

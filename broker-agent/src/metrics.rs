@@ -162,12 +162,13 @@ impl Metrics {
         &self,
         bus: &gearshift_bus::SharedBus,
         token: tokio_util::sync::CancellationToken,
+        tracker: &tokio_util::task::TaskTracker,
     ) {
         use tokio::sync::broadcast::error::RecvError;
         let m = self.clone();
         let mut events = bus.events();
         m.bus_connected.set(1);
-        tokio::spawn(async move {
+        tracker.spawn(async move {
             loop {
                 let e = tokio::select! {
                     _ = token.cancelled() => return,
@@ -220,7 +221,7 @@ impl Metrics {
         for (g, s) in core.group_states() {
             self.exhausted
                 .get_or_create(&l(&[("district", &g.district), ("profile", &g.profile)]))
-                .set(i64::from(s.exhausted.is_some()));
+                .set(i64::from(s.supply.exhausted.is_some()));
         }
     }
 }

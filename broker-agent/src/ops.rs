@@ -1,26 +1,86 @@
-//! Operations (sagas) and per-group state: plain data, journaled as JSON.
+//! The journaled records: operations (sagas) and per-group state, plain
+//! data, stored as JSON in the journal (see [`crate::journal`]).
 //!
-//! A scale-up goes `Preflight -> Requesting -> Booting -> Joined`, or ends
-//! `Failed` / `TimedOut`; `Checking` asks the handler whether a request whose
-//! outcome is unknown reached the cloud, and `Waiting` delays a retry.
+//! Each operation's state type lives beside the machine that drives it
+//! ([`crate::core::scale_up`], [`crate::core::scale_down`]) and is
+//! re-exported here; a group's record joins the policy's memory
+//! ([`GroupMemory`]) and the exhaustion tracker's state ([`Supply`]).
 //!
-//! A scale-down goes `Deactivating -> (Inventorying) -> Evacuating ->
-//! ConfirmingEmpty -> Removing -> ConfirmingGone -> Done(Removed)`; an abort
-//! or a drain cancel goes through `Reactivating` to `Done(Aborted|Cancelled)`.
+//! The serde names and shapes are the journal's on-disk format: a new
+//! version must read what an older one wrote (see the tests below, which
+//! hold records as the first versions wrote them).
+
+use std::borrow::Borrow;
+use std::collections::{BTreeMap, BTreeSet};
 
 use chrono::{DateTime, Utc};
 use gearshift_handlers::GroupKey;
-use gearshift_proto::msg::{GearInfo, Move};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-/// An operation id, `op-` and 12 hex digits.
-pub type OpId = String;
+pub use crate::core::exhaustion::{Exhaustion, Supply};
+pub use crate::core::scale_down::{DownEnd, DownStep, DrainProgress, Origin, ScaleDown};
+pub use crate::core::scale_up::{ScaleUp, UpStep};
+pub use crate::policy::GroupMemory;
+
+/// An operation id, `op-` and 12 hex digits: the `corr` of its commands and
+/// decisions, and what a new node reports as `booted_for`.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct OpId(String);
+
+impl OpId {
+    /// A new id from a random (or, in tests, deterministic) UUID.
+    pub fn new(u: Uuid) -> OpId {
+        let s = u.simple().to_string();
+        OpId(format!("op-{}", &s[..12]))
+    }
+
+    /// The id as it appears on the bus.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for OpId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl Borrow<str> for OpId {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
+
+impl From<&str> for OpId {
+    fn from(s: &str) -> OpId {
+        OpId(s.to_string())
+    }
+}
+
+impl From<OpId> for String {
+    fn from(id: OpId) -> String {
+        id.0
+    }
+}
+
+impl PartialEq<str> for OpId {
+    fn eq(&self, other: &str) -> bool {
+        self.0 == other
+    }
+}
+
+impl PartialEq<&str> for OpId {
+    fn eq(&self, other: &&str) -> bool {
+        self.0 == *other
+    }
+}
 
 /// A new operation id.
 pub fn new_op_id(u: Uuid) -> OpId {
-    let s = u.simple().to_string();
-    format!("op-{}", &s[..12])
+    OpId::new(u)
 }
 
 /// One operation: a scale-up or a scale-down saga.
@@ -57,10 +117,7 @@ impl Op {
     pub fn state(&self) -> &'static str {
         match &self.body {
             OpBody::ScaleUp(u) => u.step.name(),
-            OpBody::ScaleDown(d) => match (&d.step, &d.end) {
-                (DownStep::Done, Some(e)) => e.name(),
-                (s, _) => s.name(),
-            },
+            OpBody::ScaleDown(d) => d.state_name(),
         }
     }
 
@@ -79,6 +136,22 @@ impl Op {
             OpBody::ScaleDown(d) => Some(&d.node),
         }
     }
+
+    /// The scale-down saga, if this is one.
+    pub fn down(&self) -> Option<&ScaleDown> {
+        match &self.body {
+            OpBody::ScaleDown(d) => Some(d),
+            OpBody::ScaleUp(_) => None,
+        }
+    }
+
+    /// The scale-up, if this is one.
+    pub fn up(&self) -> Option<&ScaleUp> {
+        match &self.body {
+            OpBody::ScaleUp(u) => Some(u),
+            OpBody::ScaleDown(_) => None,
+        }
+    }
 }
 
 /// The two sagas.
@@ -91,272 +164,119 @@ pub enum OpBody {
     ScaleDown(ScaleDown),
 }
 
-/// A scale-up saga.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ScaleUp {
-    /// Where it is.
-    pub step: UpStep,
-    /// Create requests made (1 for the first).
-    pub attempt: u32,
-    /// The new node's name, when the handler or the join told.
-    pub node: Option<String>,
-    /// The cloud's id of the new node.
-    pub cloud_id: Option<String>,
-    /// When the (last) create request was accepted or became uncertain.
-    pub requested_at: Option<DateTime<Utc>>,
-    /// The last thing the handler said.
-    pub detail: String,
-}
-
-/// Steps of a scale-up.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "step", rename_all = "snake_case")]
-pub enum UpStep {
-    /// Asking the handler how much capacity is left.
-    Preflight,
-    /// The create request is (or may be) in flight. Journaled before the call.
-    Requesting,
-    /// Asking the handler whether an earlier request reached the cloud.
-    Checking,
-    /// Waiting before another create request (the cloud was busy).
-    Waiting {
-        /// When to ask again.
-        until: DateTime<Utc>,
-    },
-    /// The node is being built; waiting for its first report.
-    Booting {
-        /// The handler could not tell whether the request reached the cloud.
-        uncertain: bool,
-    },
-    /// The node reported with this operation's id.
-    Joined,
-    /// The request failed.
-    Failed {
-        /// `quota`, `busy`, `transient`, `permanent` or `aborted`.
-        kind: String,
-        /// What went wrong.
-        error: String,
-    },
-    /// The node never reported within the provision timeout.
-    TimedOut,
-}
-
-impl UpStep {
-    /// Whether this is an end state.
-    pub fn is_terminal(&self) -> bool {
-        matches!(
-            self,
-            UpStep::Joined | UpStep::Failed { .. } | UpStep::TimedOut
-        )
-    }
-
-    /// Short name.
-    pub fn name(&self) -> &'static str {
-        match self {
-            UpStep::Preflight => "preflight",
-            UpStep::Requesting => "requesting",
-            UpStep::Checking => "checking",
-            UpStep::Waiting { .. } => "waiting",
-            UpStep::Booting { .. } => "booting",
-            UpStep::Joined => "joined",
-            UpStep::Failed { .. } => "failed",
-            UpStep::TimedOut => "timed_out",
-        }
-    }
-}
-
-/// Who started a scale-down.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Origin {
-    /// The policy, with the victim strategy it used.
-    Policy {
-        /// Strategy name.
-        strategy: String,
-    },
-    /// An operator (`gearshift-broker evacuate NODE`).
-    Operator {
-        /// Who asked (the request's `from`).
-        by: String,
-    },
-}
-
-/// Evacuation progress, from the node's `event.progress`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct DrainProgress {
-    /// Gears moved (this round).
-    pub moved: u32,
-    /// Gears failed (this round).
-    pub failed: u32,
-    /// Gears still to move (this round).
-    pub remaining: u32,
-    /// Gears in this round.
-    pub total: u32,
-    /// Gears moved over all rounds.
-    pub moved_total: u32,
-}
-
-/// A scale-down saga.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ScaleDown {
-    /// The victim.
-    pub node: String,
-    /// Who chose it.
-    pub origin: Origin,
-    /// Where it is.
-    pub step: DownStep,
-    /// Envelope id of the command of the current step.
-    pub cmd: Option<Uuid>,
-    /// When that command was last sent.
-    pub cmd_sent: Option<DateTime<Utc>>,
-    /// Sends of the current command.
-    pub sends: u32,
-    /// Deadline of the current step.
-    pub deadline: DateTime<Utc>,
-    /// Evacuation rounds started.
-    pub round: u32,
-    /// The node's gears, from its last inventory.
-    pub gears: Vec<GearInfo>,
-    /// The moves of the current round.
-    pub moves: Vec<Move>,
-    /// Progress of the current round.
-    pub progress: DrainProgress,
-    /// Remove requests made.
-    pub remove_attempt: u32,
-    /// When the remove request was accepted.
-    pub removed_at: Option<DateTime<Utc>>,
-    /// Next handler call (remove retry or presence poll).
-    pub next_call: Option<DateTime<Utc>>,
-    /// The handler's last presence answer after the removal.
-    #[serde(default)]
-    pub presence: Option<gearshift_handlers::Presence>,
-    /// Why the saga is being aborted (set with `Reactivating`).
-    pub abort_reason: Option<String>,
-    /// How it ended.
-    pub end: Option<DownEnd>,
-    /// Set when the node's gears are known but no evacuation plan was found
-    /// while the agent, just started, is still learning the fleet (the
-    /// start-up grace): planning is tried again at this instant instead of
-    /// aborting a drain that the previous process had started.
-    #[serde(default)]
-    pub replan_at: Option<DateTime<Utc>>,
-}
-
-/// Steps of a scale-down.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "step", rename_all = "snake_case")]
-pub enum DownStep {
-    /// `cmd.deactivate` sent; waiting for `Deactivated{gears}`.
-    Deactivating,
-    /// `cmd.inventory` sent; waiting for `Inventory{gears}`.
-    Inventorying,
-    /// `cmd.evacuate` sent; following progress until `Evacuated`.
-    Evacuating,
-    /// Waiting for a report that shows the node empty.
-    ConfirmingEmpty,
-    /// The handler is asked to remove exactly this node. Journaled before the call.
-    Removing,
-    /// Waiting until the handler says gone or the reports stop.
-    ConfirmingGone,
-    /// `cmd.activate` sent (abort or drain cancel).
-    Reactivating {
-        /// A drain cancel (pressure returned) rather than an abort.
-        cancel: bool,
-    },
-    /// Finished; see `end`.
-    Done,
-}
-
-impl DownStep {
-    /// Short name.
-    pub fn name(&self) -> &'static str {
-        match self {
-            DownStep::Deactivating => "deactivating",
-            DownStep::Inventorying => "inventorying",
-            DownStep::Evacuating => "evacuating",
-            DownStep::ConfirmingEmpty => "confirming_empty",
-            DownStep::Removing => "removing",
-            DownStep::ConfirmingGone => "confirming_gone",
-            DownStep::Reactivating { cancel: true } => "cancelling",
-            DownStep::Reactivating { cancel: false } => "aborting",
-            DownStep::Done => "done",
-        }
-    }
-
-    /// Whether a drain cancel can still bring the node back (nothing was removed).
-    pub fn cancellable(&self) -> bool {
-        matches!(
-            self,
-            DownStep::Deactivating
-                | DownStep::Inventorying
-                | DownStep::Evacuating
-                | DownStep::ConfirmingEmpty
-        )
-    }
-}
-
-/// How a scale-down ended.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "end", rename_all = "snake_case")]
-pub enum DownEnd {
-    /// Empty and gone.
-    Removed,
-    /// Aborted; the node is active again.
-    Aborted {
-        /// Why.
-        reason: String,
-    },
-    /// Pressure returned; the node is active again.
-    Cancelled,
-    /// Could not finish nor re-activate: needs an operator.
-    Failed {
-        /// Why.
-        reason: String,
-    },
-}
-
-impl DownEnd {
-    /// Short name.
-    pub fn name(&self) -> &'static str {
-        match self {
-            DownEnd::Removed => "removed",
-            DownEnd::Aborted { .. } => "aborted",
-            DownEnd::Cancelled => "cancelled",
-            DownEnd::Failed { .. } => "failed",
-        }
-    }
-}
-
-/// A group the cloud has no capacity for.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Exhaustion {
-    /// Since when.
-    pub since: DateTime<Utc>,
-    /// What the cloud said.
-    pub reason: String,
-    /// Next capacity check.
-    pub next_check: DateTime<Utc>,
-}
-
-/// Per-group memory of the policy: cooldowns, backoff, exhaustion.
+/// Per-group record: the policy's memory (cooldowns, stabilization, last
+/// decision) and the exhaustion tracker's state (backoff, quota, exhaustion).
+/// Journaled as one flat JSON object, as the first versions wrote it.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct GroupState {
-    /// Last scale-up decision.
-    pub last_scale_up: Option<DateTime<Utc>>,
-    /// Last completed removal.
-    pub last_scale_down: Option<DateTime<Utc>>,
-    /// Last failed (aborted) scale-down.
-    pub last_failure: Option<DateTime<Utc>>,
-    /// No scale-up before this (after failed scale-ups).
-    pub backoff_until: Option<DateTime<Utc>>,
-    /// Consecutive failed scale-ups.
-    pub up_failures: u32,
-    /// Consecutive quota failures.
-    pub quota_failures: u32,
-    /// Set while the cloud has no capacity for the group.
-    pub exhausted: Option<Exhaustion>,
-    /// Since when the group is continuously under its compact threshold.
-    pub underused_since: Option<DateTime<Utc>>,
-    /// Last scaling decision (reports must be newer to decide again).
-    pub last_decision: Option<DateTime<Utc>>,
+    /// What the policy remembers between evaluations.
+    #[serde(flatten)]
+    pub memory: GroupMemory,
+    /// Whether and when the cloud can supply a node to the group.
+    #[serde(flatten)]
+    pub supply: Supply,
 }
+
+/// Every operation, in flight and finished, by id.
+#[derive(Debug, Clone, Default)]
+pub struct Ops {
+    by_id: BTreeMap<OpId, Op>,
+}
+
+impl Ops {
+    /// One operation, by its id or the id's string.
+    pub fn get<Q: Ord + ?Sized>(&self, id: &Q) -> Option<&Op>
+    where
+        OpId: Borrow<Q>,
+    {
+        self.by_id.get(id)
+    }
+
+    /// One operation, to step it.
+    pub fn get_mut<Q: Ord + ?Sized>(&mut self, id: &Q) -> Option<&mut Op>
+    where
+        OpId: Borrow<Q>,
+    {
+        self.by_id.get_mut(id)
+    }
+
+    /// Adds (or replaces) an operation.
+    pub fn insert(&mut self, op: Op) {
+        self.by_id.insert(op.id.clone(), op);
+    }
+
+    /// Takes an operation out (to step it while reading the others).
+    pub fn remove(&mut self, id: &OpId) -> Option<Op> {
+        self.by_id.remove(id)
+    }
+
+    /// Every operation, by id.
+    pub fn iter(&self) -> impl Iterator<Item = &Op> {
+        self.by_id.values()
+    }
+
+    /// Operations not finished, by id.
+    pub fn in_flight(&self) -> impl Iterator<Item = &Op> {
+        self.iter().filter(|o| !o.is_done())
+    }
+
+    /// Ids of the operations not finished.
+    pub fn in_flight_ids(&self) -> Vec<OpId> {
+        self.in_flight().map(|o| o.id.clone()).collect()
+    }
+
+    /// Number of operations, finished ones included.
+    pub fn len(&self) -> usize {
+        self.by_id.len()
+    }
+
+    /// Whether there is no operation at all.
+    pub fn is_empty(&self) -> bool {
+        self.by_id.is_empty()
+    }
+
+    /// The scale-down in flight of `node`, if any.
+    pub fn saga_of(&self, node: &str) -> Option<&Op> {
+        self.in_flight()
+            .find(|op| op.down().is_some_and(|d| d.node == node))
+    }
+
+    /// Nodes whose removal is under way or done: not capacity, not missing.
+    pub fn removing_nodes(&self) -> BTreeSet<String> {
+        self.iter()
+            .filter_map(Op::down)
+            .filter(|d| d.is_removing())
+            .map(|d| d.node.clone())
+            .collect()
+    }
+
+    /// Nodes with a scale-down in flight.
+    pub fn draining_nodes(&self) -> BTreeSet<String> {
+        self.in_flight()
+            .filter_map(Op::down)
+            .map(|d| d.node.clone())
+            .collect()
+    }
+
+    /// Drops the oldest finished operations beyond `keep`; returns their ids.
+    pub fn prune(&mut self, keep: usize) -> Vec<OpId> {
+        let mut done: Vec<(DateTime<Utc>, OpId)> = self
+            .iter()
+            .filter(|o| o.is_done())
+            .map(|o| (o.updated, o.id.clone()))
+            .collect();
+        if done.len() <= keep {
+            return vec![];
+        }
+        done.sort();
+        let excess = done.len() - keep;
+        let gone: Vec<OpId> = done.into_iter().take(excess).map(|(_, id)| id).collect();
+        for id in &gone {
+            self.by_id.remove(id);
+        }
+        gone
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -126,38 +126,6 @@ impl Status {
         now: DateTime<Utc>,
         refused: &BTreeMap<String, u64>,
     ) -> Status {
-        let cfg = core.config();
-        let intervals = cfg.policy.stale_after_intervals;
-        let mut groups: Vec<_> = core.fleet().groups();
-        for g in cfg.configured_groups() {
-            if !groups.contains(&g) {
-                groups.push(g);
-            }
-        }
-        groups.sort();
-        let groups = groups
-            .into_iter()
-            .map(|g| {
-                let s = cfg.group(&g);
-                let st = core.group_state(&g);
-                GroupStatus {
-                    district: g.district.clone(),
-                    profile: g.profile.clone(),
-                    handler: s.handler,
-                    min_nodes: s.min_nodes,
-                    max_nodes: s.max_nodes,
-                    stats: core.group_stats(&g, now),
-                    exhausted: st.exhausted.map(|e| {
-                        format!(
-                            "since {}: {}",
-                            e.since.format("%Y-%m-%d %H:%M:%S"),
-                            e.reason
-                        )
-                    }),
-                    backoff_until: st.backoff_until.filter(|t| *t > now),
-                }
-            })
-            .collect();
         let profiles = core
             .fleet()
             .profiles()
@@ -167,55 +135,14 @@ impl Status {
                 profile: p,
             })
             .collect();
-        let nodes = core
-            .fleet()
-            .nodes()
-            .map(|e| {
-                let g = e.group();
-                NodeStatus {
-                    node: e.report.node.clone(),
-                    district: g.district,
-                    profile: g.profile,
-                    active: e.report.active,
-                    fresh: e.is_fresh(now, intervals),
-                    gears_active: e.active_gears(),
-                    gears_total: e.total_gears(),
-                    max_active_gears: e.report.max_active_gears,
-                    do_not_disrupt: e.report.do_not_disrupt
-                        || core.marks().contains(&e.report.node),
-                    last_report: e.received,
-                }
-            })
-            .collect();
-        let mut ops: Vec<OpStatus> = core
-            .ops()
-            .map(|o| OpStatus {
-                id: o.id.clone(),
-                kind: o.kind().into(),
-                district: o.group.district.clone(),
-                profile: o.group.profile.clone(),
-                node: o.node().map(str::to_string),
-                state: o.state().into(),
-                done: o.is_done(),
-                reason: o.reason.clone(),
-                created: o.created,
-                updated: o.updated,
-                progress: match &o.body {
-                    OpBody::ScaleDown(d) => Some(d.progress),
-                    _ => None,
-                },
-            })
-            .collect();
-        ops.sort_by(|a, b| a.done.cmp(&b.done).then(b.updated.cmp(&a.updated)));
-        ops.truncate(50);
         Status {
             agent: agent.to_string(),
             at: Some(now),
             breaker_open: core.meta().breaker_open,
             profiles,
-            groups,
-            nodes,
-            ops,
+            groups: groups_of(core, now),
+            nodes: nodes_of(core, now),
+            ops: ops_of(core),
             refused: refused.clone(),
         }
     }
@@ -239,6 +166,21 @@ impl Status {
                 "BREAKER OPEN: too many nodes are missing; all scaling stopped"
             );
         }
+        self.render_profiles(&mut s);
+        self.render_groups(&mut s);
+        self.render_ops(&mut s);
+        if !self.refused.is_empty() {
+            let r: Vec<String> = self
+                .refused
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect();
+            let _ = writeln!(s, "\nREFUSED MESSAGES: {}", r.join(" "));
+        }
+        s
+    }
+
+    fn render_profiles(&self, s: &mut String) {
         let _ = writeln!(
             s,
             "\nPROFILE     NODES(act/inact/miss)  ACTIVE GEARS  AVAILABLE  EFFECTIVE  USAGE"
@@ -258,6 +200,9 @@ impl Status {
                 t.usage_pct
             );
         }
+    }
+
+    fn render_groups(&self, s: &mut String) {
         let _ = writeln!(
             s,
             "\nDISTRICT                          PROFILE     NODES(act/inact/miss)  USAGE    AVAIL  FREE UIDS  HANDLER  NOTE"
@@ -287,6 +232,9 @@ impl Status {
                 note.trim()
             );
         }
+    }
+
+    fn render_ops(&self, s: &mut String) {
         let inflight: Vec<&OpStatus> = self.in_flight().collect();
         let _ = writeln!(s, "\nOPERATIONS IN FLIGHT: {}", inflight.len());
         for o in inflight {
@@ -329,16 +277,90 @@ impl Status {
                 );
             }
         }
-        if !self.refused.is_empty() {
-            let r: Vec<String> = self
-                .refused
-                .iter()
-                .map(|(k, v)| format!("{k}={v}"))
-                .collect();
-            let _ = writeln!(s, "\nREFUSED MESSAGES: {}", r.join(" "));
-        }
-        s
     }
+}
+
+/// Every group known from the fleet or the configuration, sorted.
+fn groups_of(core: &Core, now: DateTime<Utc>) -> Vec<GroupStatus> {
+    let cfg = core.config();
+    let mut groups: Vec<_> = core.fleet().groups();
+    for g in cfg.configured_groups() {
+        if !groups.contains(&g) {
+            groups.push(g);
+        }
+    }
+    groups.sort();
+    groups
+        .into_iter()
+        .map(|g| {
+            let s = cfg.group(&g);
+            let st = core.group_state(&g);
+            GroupStatus {
+                district: g.district.clone(),
+                profile: g.profile.clone(),
+                handler: s.handler,
+                min_nodes: s.min_nodes,
+                max_nodes: s.max_nodes,
+                stats: core.group_stats(&g, now),
+                exhausted: st.supply.exhausted.map(|e| {
+                    format!(
+                        "since {}: {}",
+                        e.since.format("%Y-%m-%d %H:%M:%S"),
+                        e.reason
+                    )
+                }),
+                backoff_until: st.supply.backoff_until.filter(|t| *t > now),
+            }
+        })
+        .collect()
+}
+
+fn nodes_of(core: &Core, now: DateTime<Utc>) -> Vec<NodeStatus> {
+    let intervals = core.config().policy.stale_after_intervals;
+    core.fleet()
+        .nodes()
+        .map(|e| {
+            let g = e.group();
+            NodeStatus {
+                node: e.report.node.clone(),
+                district: g.district,
+                profile: g.profile,
+                active: e.report.active,
+                fresh: e.is_fresh(now, intervals),
+                gears_active: e.active_gears(),
+                gears_total: e.total_gears(),
+                max_active_gears: e.report.max_active_gears,
+                do_not_disrupt: e.report.do_not_disrupt || core.marks().contains(&e.report.node),
+                last_report: e.received,
+            }
+        })
+        .collect()
+}
+
+/// Operations in flight, then the most recently finished, 50 at most.
+fn ops_of(core: &Core) -> Vec<OpStatus> {
+    let mut ops: Vec<OpStatus> = core
+        .ops()
+        .map(|o| OpStatus {
+            id: o.id.to_string(),
+            kind: o.kind().into(),
+            district: o.group.district.clone(),
+            profile: o.group.profile.clone(),
+            node: o.node().map(str::to_string),
+            state: o.state().into(),
+            done: o.is_done(),
+            reason: o.reason.clone(),
+            created: o.created,
+            updated: o.updated,
+            progress: match &o.body {
+                OpBody::ScaleDown(d) => Some(d.progress),
+                _ => None,
+            },
+        })
+        .collect();
+    ops.sort_by(|a, b| a.done.cmp(&b.done).then(b.updated.cmp(&a.updated)));
+    ops.truncate(50);
+    ops
 }
 
 /// A 20-character progress bar.

@@ -28,6 +28,7 @@ use gearshift_proto::msg::{Decision, Explanation};
 use serde::Serialize;
 use tokio::sync::{broadcast, watch};
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::agent::{Agent, Observed, VERSION};
 use crate::status::Status;
@@ -110,15 +111,23 @@ impl std::fmt::Debug for Dashboard {
 impl Dashboard {
     /// Watches `agent` (call before [`Agent::run`]) until `token` is cancelled.
     pub fn spawn(agent: &Agent, name: impl Into<String>, token: CancellationToken) -> Dashboard {
-        Dashboard::from_parts(agent.status(), agent.observe(), name, token)
+        Dashboard::from_parts(
+            agent.status(),
+            agent.observe(),
+            name,
+            token,
+            &agent.tracker(),
+        )
     }
 
-    /// Watches a status channel and a decision stream until `token` is cancelled.
+    /// Watches a status channel and a decision stream until `token` is
+    /// cancelled, on a task of `tracker`.
     pub fn from_parts(
         status: watch::Receiver<Arc<Status>>,
         mut observed: broadcast::Receiver<Observed>,
         name: impl Into<String>,
         token: CancellationToken,
+        tracker: &TaskTracker,
     ) -> Dashboard {
         let shared = Arc::new(Shared {
             agent: name.into(),
@@ -128,7 +137,7 @@ impl Dashboard {
             explanations: Mutex::default(),
         });
         let s = shared.clone();
-        tokio::spawn(async move {
+        tracker.spawn(async move {
             loop {
                 let o = tokio::select! {
                     _ = token.cancelled() => return,
@@ -260,7 +269,7 @@ mod tests {
         let (_stx, srx) = watch::channel(Arc::new(Status::default()));
         let (otx, orx) = broadcast::channel(1024);
         let token = CancellationToken::new();
-        let d = Dashboard::from_parts(srx, orx, "b", token.clone());
+        let d = Dashboard::from_parts(srx, orx, "b", token.clone(), &TaskTracker::new());
         for i in 0..RECENT_DECISIONS + 5 {
             otx.send(Observed::Decision(decision(i))).unwrap();
         }
@@ -301,7 +310,7 @@ mod tests {
         let (_stx, srx) = watch::channel(Arc::new(Status::default()));
         let (_otx, orx) = broadcast::channel(16);
         let token = CancellationToken::new();
-        let d = Dashboard::from_parts(srx, orx, "broker-x", token.clone());
+        let d = Dashboard::from_parts(srx, orx, "broker-x", token.clone(), &TaskTracker::new());
         let (addr, _task) = gearshift_service::http::serve(
             "127.0.0.1:0".parse().unwrap(),
             d.router(),

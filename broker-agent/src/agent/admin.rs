@@ -1,0 +1,91 @@
+//! Operator requests: through the gate with its replay record, answered on
+//! the request's reply queue (refusals too, once the envelope could be read).
+
+use std::time::Duration;
+
+use chrono::Utc;
+use gearshift_bus::{Delivery, OutMessage};
+use gearshift_proto::msg::{AdminReply, Kind, Message, Role};
+use gearshift_proto::{Envelope, Expect, Step};
+
+use super::deliveries::{Log, ack};
+use super::{Agent, Result2, RunState};
+use crate::core::{Core, operator};
+
+/// Operator requests, from operators (or another broker agent), fresh and
+/// never twice.
+const REQUESTS: Expect =
+    Expect::kinds(|k| k == Kind::AdminRequest).roles(&[Role::Operator, Role::Broker]);
+
+impl Agent {
+    /// One request: its effects are journaled and carried out, then it is
+    /// answered, then acknowledged.
+    pub(super) async fn on_admin_delivery(
+        &self,
+        core: &mut Core,
+        st: &mut RunState,
+        d: Delivery,
+    ) -> Result2<()> {
+        let now = Utc::now();
+        let (reply, corr, acts) =
+            match self
+                .gate()
+                .admit_once(&d.payload, REQUESTS, now, &mut st.replay)
+            {
+                Ok(a) => {
+                    let Envelope {
+                        from, corr, msg, ..
+                    } = a.envelope;
+                    let Message::AdminRequest(req) = msg else {
+                        let reply = operator::refused("not an admin.request".into());
+                        return self.answer(core, st, d, (reply, corr), vec![], now).await;
+                    };
+                    let agent = &self.cfg.agent.name;
+                    let (reply, acts) = core.on_operator(&from, req, agent, &st.refused, now);
+                    (reply, corr, acts)
+                }
+                Err(r) => {
+                    self.refuse(st, Log::Admin, &r);
+                    if r.step == Step::Decode {
+                        ack(d).await;
+                        return Ok(());
+                    }
+                    let reply = operator::refused(format!("refused: {}", r.detail));
+                    (reply, r.corr, vec![])
+                }
+            };
+        self.answer(core, st, d, (reply, corr), acts, now).await
+    }
+
+    /// Journals and carries out `acts`, answers, then acknowledges.
+    async fn answer(
+        &self,
+        core: &mut Core,
+        st: &mut RunState,
+        d: Delivery,
+        (reply, corr): (AdminReply, Option<String>),
+        acts: Vec<crate::core::Action>,
+        now: chrono::DateTime<Utc>,
+    ) -> Result2<()> {
+        self.apply(core, st, acts, now).await?;
+        self.reply(&d, reply, corr).await;
+        ack(d).await;
+        Ok(())
+    }
+
+    /// Sends `reply` to the request's reply queue, if it named one.
+    async fn reply(&self, d: &Delivery, reply: AdminReply, corr: Option<String>) {
+        let Some(q) = d.reply_to.clone() else {
+            return;
+        };
+        let mut e = Envelope::new(&self.cfg.agent.name, reply).with_ttl(Duration::from_secs(60));
+        if let Some(c) = corr {
+            e = e.with_corr(c);
+        }
+        let mut m = OutMessage::new(q.clone(), self.signer.seal(e)).transient();
+        m.correlation_id = d.correlation_id.clone();
+        if let Err(e) = self.bus.send_to_queue(&q, m).await {
+            tracing::warn!(error = %e, "cannot send the admin reply");
+        }
+    }
+}

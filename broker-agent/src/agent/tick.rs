@@ -1,0 +1,149 @@
+//! The timers: ticks (deadlines, polls, retries), evaluations, the fleet
+//! snapshot that handlers and the placement service read, and the status.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use gearshift_handlers::GroupKey;
+
+use super::{Agent, Result2, RunState};
+use crate::config::BrokerConfig;
+use crate::core::Core;
+use crate::status::Status;
+
+impl Agent {
+    /// A tick: the core's deadlines, an evaluation when one is due, the
+    /// fleet snapshot and the periodic status.
+    pub(super) async fn on_tick(
+        &self,
+        core: &mut Core,
+        st: &mut RunState,
+        tick_every: Duration,
+    ) -> Result2<()> {
+        let now = Utc::now();
+        let acts = core.tick(now);
+        self.apply(core, st, acts, now).await?;
+        let due_early = core.evaluation_due().is_some_and(|t| now >= t);
+        if due_early || tokio::time::Instant::now() >= st.next_eval {
+            st.next_eval = tokio::time::Instant::now() + self.cfg.policy.interval;
+            self.evaluate(core, st, now).await?;
+        }
+        self.refresh_fleet_paced(core, st, now, tick_every);
+        self.publish_status(core, st, now, true);
+        Ok(())
+    }
+
+    /// One evaluation of every group; the decision latency runs from the
+    /// report that showed pressure to the confirmed publication of the first
+    /// decision (see `apply`).
+    pub(super) async fn evaluate(
+        &self,
+        core: &mut Core,
+        st: &mut RunState,
+        now: DateTime<Utc>,
+    ) -> Result2<()> {
+        st.pressure = core.take_pressure_seen();
+        let acts = core.evaluate(now);
+        self.metrics.evaluation();
+        let r = self.apply(core, st, acts, now).await;
+        st.pressure = None;
+        r
+    }
+
+    /// Refreshes the fleet snapshot every tick, or less often when a refresh
+    /// costs more than a twentieth of the time between them (large fleets).
+    fn refresh_fleet_paced(
+        &self,
+        core: &Core,
+        st: &mut RunState,
+        now: DateTime<Utc>,
+        tick: Duration,
+    ) {
+        let gap = tick.max(st.fleet_cost * 20);
+        if st.fleet_refreshed.is_some_and(|t| t.elapsed() < gap) {
+            return;
+        }
+        let t = tokio::time::Instant::now();
+        self.refresh_fleet(core, now);
+        st.fleet_cost = t.elapsed();
+        st.fleet_refreshed = Some(t);
+    }
+
+    fn refresh_fleet(&self, core: &Core, now: DateTime<Utc>) {
+        let intervals = core.config().policy.stale_after_intervals;
+        let mut active: BTreeMap<GroupKey, Vec<(u32, String)>> = BTreeMap::new();
+        for e in core.fleet().nodes() {
+            if e.report.active && e.is_fresh(now, intervals) {
+                active
+                    .entry(e.group())
+                    .or_default()
+                    .push((e.active_gears(), e.report.node.clone()));
+            }
+        }
+        let active = active
+            .into_iter()
+            .map(|(g, mut v)| {
+                v.sort();
+                (g, v.into_iter().map(|x| x.1).collect())
+            })
+            .collect();
+        if let Ok(mut a) = self.fleet.active.write() {
+            *a = active;
+        }
+        let mut nodes = vec![];
+        for g in core.fleet().groups() {
+            nodes.extend(core.candidates(&g, "", now));
+        }
+        if let Ok(mut n) = self.fleet.nodes.write() {
+            *n = nodes;
+        }
+    }
+
+    /// Publishes the status: after changes at once (unless the status of a
+    /// large fleet was built very recently), and every 500 ms.
+    pub(super) fn publish_status(
+        &self,
+        core: &Core,
+        st: &mut RunState,
+        now: DateTime<Utc>,
+        periodic: bool,
+    ) {
+        if let Some(t) = st.last_status {
+            let since = (now - t).to_std().unwrap_or_default();
+            // Periodic: every 500 ms, and any change not yet published.
+            if periodic && !st.status_dirty && since < Duration::from_millis(500) {
+                return;
+            }
+            // Changes: at once, unless the status of a large fleet was built
+            // very recently (the next tick publishes it).
+            if since < st.status_cost * 20 {
+                return;
+            }
+        }
+        st.last_status = Some(now);
+        st.status_dirty = false;
+        let t = std::time::Instant::now();
+        self.metrics.refresh(core);
+        let s = Status::of(core, &self.cfg.agent.name, now, &st.refused);
+        let _ = self.status_tx.send(Arc::new(s));
+        st.status_cost = t.elapsed();
+    }
+}
+
+/// A quarter of the shortest timer, between 20 ms and 1 s.
+pub(super) fn tick_interval(cfg: &BrokerConfig) -> Duration {
+    let s = &cfg.saga;
+    let p = &cfg.policy;
+    let shortest = [
+        p.interval,
+        s.command_timeout,
+        s.presence_poll,
+        p.react_delay.max(Duration::from_millis(20)),
+    ]
+    .into_iter()
+    .min()
+    .unwrap_or(Duration::from_secs(1));
+    (shortest / 4).clamp(Duration::from_millis(20), Duration::from_secs(1))
+}

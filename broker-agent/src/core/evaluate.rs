@@ -1,0 +1,100 @@
+//! One evaluation: forget long-missing nodes, ask the policy, and apply its
+//! verdicts (breaker, drain cancels, scale-ups, drains, memory,
+//! explanations).
+
+use chrono::{DateTime, Utc};
+use gearshift_handlers::GroupKey;
+use gearshift_proto::msg::{Decision, DecisionKind};
+use gearshift_proto::routing::ALL;
+
+use super::Core;
+use super::actions::{Action, dur};
+use super::scale_down::DownInput;
+use crate::policy::{self, Breaker, GroupVerdict, Memory};
+
+impl Core {
+    /// One evaluation of every group: decisions, explanations, new sagas.
+    pub fn evaluate(&mut self, now: DateTime<Utc>) -> Vec<Action> {
+        self.eval_due = None;
+        self.forget_long_missing(now);
+        let memory = Memory {
+            groups: &self.groups,
+            breaker_open: self.meta.breaker_open,
+        };
+        let verdicts = policy::evaluate(&self.facts(), &self.cfg, &memory, now);
+        let mut out: Vec<Action> = self.apply_breaker(verdicts.breaker).into_iter().collect();
+        for v in verdicts.groups {
+            out.extend(self.apply_group(v, now));
+        }
+        out
+    }
+
+    /// Forgets nodes missing for too long (unless a saga still needs them).
+    fn forget_long_missing(&mut self, now: DateTime<Utc>) {
+        let after = dur(self.cfg.policy.forget_missing_after);
+        for node in self.fleet.long_missing(now, after) {
+            if self.ops.saga_of(&node).is_none() {
+                tracing::warn!(node, "missing for too long: forgotten");
+                self.fleet.forget(&node);
+            }
+        }
+    }
+
+    /// Records the breaker; a decision when it opens or closes.
+    fn apply_breaker(&mut self, b: Breaker) -> Option<Action> {
+        if b.open == self.meta.breaker_open {
+            return None;
+        }
+        self.meta.breaker_open = b.open;
+        self.changes.meta = true;
+        let (kind, what) = if b.open {
+            (DecisionKind::BreakerOpen, "all scaling stopped")
+        } else {
+            (DecisionKind::BreakerClosed, "scaling resumes")
+        };
+        Some(Action::Decide(Decision {
+            decision: kind,
+            district: ALL.into(),
+            profile: ALL.into(),
+            op: None,
+            node: None,
+            reason: format!("{}: {what}", b.detail),
+            handler: None,
+            stats: None,
+        }))
+    }
+
+    /// Cancels drains, then starts scale-ups, or starts a drain; updates the
+    /// group's memory; explains, with the operations now in flight.
+    fn apply_group(&mut self, v: GroupVerdict, now: DateTime<Utc>) -> Vec<Action> {
+        let key: GroupKey = v.key;
+        let mut out = vec![];
+        for op in &v.cancels {
+            let why = format!("scale-up pressure: {}", v.up_reason);
+            let cancel = DownInput::Abort { why, cancel: true };
+            out.extend(self.drive_down(op, cancel, now));
+        }
+        for _ in 0..v.creates {
+            out.extend(self.start_scale_up(&key, v.up_reason.clone(), now).1);
+        }
+        if let Some(d) = v.drain {
+            out.extend(
+                self.start_scale_down(&key, &d.node, d.origin, d.reason, now)
+                    .1,
+            );
+        }
+        let underused = self.groups.get(&key).and_then(|s| s.memory.underused_since);
+        if underused != v.underused_since {
+            self.group_mut(&key).memory.underused_since = v.underused_since;
+        }
+        let mut x = v.explanation;
+        x.ops_in_flight = self
+            .ops
+            .in_flight()
+            .filter(|o| o.group == key)
+            .map(|o| o.id.to_string())
+            .collect();
+        out.push(Action::Explain(x));
+        out
+    }
+}

@@ -1,0 +1,227 @@
+//! The broker agent's brain, without I/O: `(state, input, now) -> (state,
+//! actions)`.
+//!
+//! [`Core`] is the coordinator: it holds the fleet model, the operations,
+//! each group's record and the operator's marks, routes every input (a
+//! report, a node event, a handler result, a tick, an evaluation, an
+//! operator request) to the machine it concerns, and returns [`Action`]s for
+//! the driver to carry out. The driver journals the changed records
+//! ([`Core::take_changes`]) *before* it carries out the actions, so an
+//! effect never happens without its intent on disk.
+//!
+//! ## Layout
+//! - [`scale_up`]: the scale-up operation's machine and state.
+//! - [`scale_down`]: the scale-down saga's machine and state.
+//! - [`exhaustion`]: backoff, quota failures and exhaustion per group.
+//! - [`operator`]: operator requests (evacuate, abort, do-not-disrupt,
+//!   status) and the do-not-disrupt marks.
+//! - [`crate::policy`]: the read-only evaluation whose verdicts the
+//!   coordinator applies (`evaluate.rs`).
+//! - [`facts`]: the read-only view the policy and the machines share;
+//!   [`actions`]: the vocabulary between machines, coordinator and driver.
+//! - Here: the coordinator's state; `route.rs` sends each input to its
+//!   machine, `drive.rs` steps a machine and addresses its effects.
+//!
+//! A new kind of step (a district command, a broker-side move) is a new
+//! state and input of one machine; a new input kind is one routing function.
+
+pub mod actions;
+pub mod exhaustion;
+pub mod facts;
+pub mod operator;
+pub mod scale_down;
+pub mod scale_up;
+
+mod drive;
+mod evaluate;
+mod route;
+
+#[cfg(test)]
+pub(crate) mod testkit;
+#[cfg(test)]
+mod tests;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
+use gearshift_handlers::GroupKey;
+use gearshift_proto::msg::{GroupStats, NodeProperties};
+use uuid::Uuid;
+
+pub use self::actions::{
+    Action, CallResult, CallTag, Changes, Effect, HandlerCall, Meta, Out, Restored, dur,
+};
+pub use self::facts::Facts;
+use self::operator::Marks;
+use crate::config::BrokerConfig;
+use crate::fleet::Fleet;
+use crate::ops::{GroupState, Op, Ops};
+use crate::planner::EvacuationPlanner;
+
+/// The coordinator: the state, and the routing of inputs to the machines.
+pub struct Core {
+    pub(crate) cfg: Arc<BrokerConfig>,
+    pub(crate) planner: Arc<dyn EvacuationPlanner>,
+    pub(crate) fleet: Fleet,
+    pub(crate) ops: Ops,
+    pub(crate) groups: BTreeMap<GroupKey, GroupState>,
+    pub(crate) marks: Marks,
+    pub(crate) meta: Meta,
+    pub(crate) started: DateTime<Utc>,
+    pub(crate) changes: Changes,
+    pub(crate) idgen: Box<dyn FnMut() -> Uuid + Send>,
+    /// When an early evaluation is due (a report pushed a group over a threshold).
+    pub(crate) eval_due: Option<DateTime<Utc>>,
+    /// When the first report since the last evaluation was consumed (decision latency).
+    pub(crate) pressure_seen: Option<DateTime<Utc>>,
+}
+
+impl std::fmt::Debug for Core {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Core")
+            .field("nodes", &self.fleet.len())
+            .field("ops", &self.ops.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Core {
+    /// A core with empty state, started at `now`.
+    pub fn new(
+        cfg: Arc<BrokerConfig>,
+        planner: Arc<dyn EvacuationPlanner>,
+        now: DateTime<Utc>,
+    ) -> Self {
+        Core {
+            cfg,
+            planner,
+            fleet: Fleet::new(),
+            ops: Ops::default(),
+            groups: BTreeMap::new(),
+            marks: Marks::default(),
+            meta: Meta::default(),
+            started: now,
+            changes: Changes::default(),
+            idgen: Box::new(Uuid::new_v4),
+            eval_due: None,
+            pressure_seen: None,
+        }
+    }
+
+    /// Uses `f` for new ids (deterministic tests).
+    pub fn with_ids(mut self, f: impl FnMut() -> Uuid + Send + 'static) -> Self {
+        self.idgen = Box::new(f);
+        self
+    }
+
+    /// Loads journaled state.
+    pub fn restore(&mut self, r: Restored) {
+        for op in r.ops {
+            self.ops.insert(op);
+        }
+        self.groups.extend(r.groups);
+        self.marks = Marks::from_set(r.marks);
+        self.meta = r.meta;
+    }
+
+    /// Replaces the configuration (SIGHUP).
+    pub fn set_config(&mut self, cfg: Arc<BrokerConfig>) {
+        self.cfg = cfg;
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &BrokerConfig {
+        &self.cfg
+    }
+
+    /// The fleet model.
+    pub fn fleet(&self) -> &Fleet {
+        &self.fleet
+    }
+
+    /// Every operation, finished ones included.
+    pub fn ops(&self) -> impl Iterator<Item = &Op> {
+        self.ops.iter()
+    }
+
+    /// One operation.
+    pub fn op(&self, id: &str) -> Option<&Op> {
+        self.ops.get(id)
+    }
+
+    /// A group's record (policy memory and supply).
+    pub fn group_state(&self, g: &GroupKey) -> GroupState {
+        self.groups.get(g).cloned().unwrap_or_default()
+    }
+
+    /// Every group with a record.
+    pub fn group_states(&self) -> &BTreeMap<GroupKey, GroupState> {
+        &self.groups
+    }
+
+    /// Operator do-not-disrupt marks.
+    pub fn marks(&self) -> &BTreeSet<String> {
+        self.marks.nodes()
+    }
+
+    /// The breaker state.
+    pub fn meta(&self) -> &Meta {
+        &self.meta
+    }
+
+    /// The records changed since the last call; the driver journals them
+    /// before carrying out the actions returned with them.
+    pub fn take_changes(&mut self) -> Changes {
+        std::mem::take(&mut self.changes)
+    }
+
+    /// When an early evaluation is due, if one is.
+    pub fn evaluation_due(&self) -> Option<DateTime<Utc>> {
+        self.eval_due
+    }
+
+    /// Decision latency start: the first report that showed pressure since
+    /// the last evaluation, taken by the driver when a decision is published.
+    pub fn take_pressure_seen(&mut self) -> Option<DateTime<Utc>> {
+        self.pressure_seen.take()
+    }
+
+    /// What the policy and the machines read, now.
+    pub fn facts(&self) -> Facts<'_> {
+        Facts {
+            fleet: &self.fleet,
+            ops: &self.ops,
+            marks: self.marks.nodes(),
+            started: self.started,
+            stale_intervals: self.cfg.policy.stale_after_intervals,
+        }
+    }
+
+    /// `oo-stats` figures of a group, excluding nodes being removed.
+    pub fn group_stats(&self, g: &GroupKey, now: DateTime<Utc>) -> GroupStats {
+        self.facts().group_stats(g, now)
+    }
+
+    /// `oo-stats` figures of a profile.
+    pub fn profile_stats(&self, profile: &str, now: DateTime<Utc>) -> GroupStats {
+        self.facts().profile_stats(profile, now)
+    }
+
+    /// Active, fresh nodes of the group other than `victim` and draining
+    /// nodes, as placement candidates.
+    pub fn candidates(
+        &self,
+        g: &GroupKey,
+        victim: &str,
+        now: DateTime<Utc>,
+    ) -> Vec<NodeProperties> {
+        self.facts().candidates(g, victim, now)
+    }
+
+    /// A group's record, marked for the journal.
+    pub(crate) fn group_mut(&mut self, g: &GroupKey) -> &mut GroupState {
+        self.changes.groups.insert(g.clone());
+        self.groups.entry(g.clone()).or_default()
+    }
+}

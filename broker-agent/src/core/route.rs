@@ -1,0 +1,270 @@
+//! Every input, routed to the machine it concerns.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use gearshift_proto::msg::{AdminReply, AdminRequest, Message, NodeReport};
+
+use super::Core;
+use super::actions::{Action, CallResult, CallTag};
+use super::exhaustion::SupplyInput;
+use super::operator::{self, Abort, Evacuation, Order};
+use super::scale_down::{DownEnd, DownInput};
+use super::scale_up::UpInput;
+use crate::fleet::ReportRejected;
+use crate::ops::{OpBody, OpId};
+use crate::status::Status;
+
+impl Core {
+    /// A node's report (already authenticated: signature, role, identity).
+    pub fn on_report(
+        &mut self,
+        report: NodeReport,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<Action>, ReportRejected> {
+        let node = report.node.clone();
+        // A late report from a node this agent removed (sent before it
+        // stopped) must not bring it back as a missing node.
+        let removed_after_start = self.ops.iter().any(|op| {
+            op.down().is_some_and(|d| {
+                d.node == node && d.end == Some(DownEnd::Removed) && op.updated >= report.started_at
+            })
+        });
+        if removed_after_start && self.fleet.get(&node).is_none() {
+            return Err(ReportRejected::Removed);
+        }
+        let booted_for = report.booted_for.clone();
+        let total_gears = report.gears.total();
+        let busy = report.operation.is_some();
+        let accepted = self.fleet.accept(report, now)?;
+        if accepted.new_node {
+            tracing::info!(node, "new node reporting");
+        }
+        let mut out = vec![];
+        // A scale-up's node joins with its first report.
+        if let Some(op) = booted_for.as_deref().and_then(|id| self.ops.get(id))
+            && op.up().is_some()
+        {
+            let id = op.id.clone();
+            let joined = UpInput::Joined { node: node.clone() };
+            out.extend(self.drive_up(&id, joined, now));
+        }
+        // A draining node that may show itself empty.
+        if let Some(op) = self.ops.saga_of(&node) {
+            let id = op.id.clone();
+            let report = DownInput::Report { total_gears, busy };
+            out.extend(self.drive_down(&id, report, now));
+        }
+        // React quickly when a group goes over a scale-up threshold.
+        if self.eval_due.is_none()
+            && crate::policy::pressure_on(&self.facts(), &self.cfg, &node, now)
+        {
+            self.eval_due = Some(now + super::dur(self.cfg.policy.react_delay));
+            self.pressure_seen.get_or_insert(now);
+        }
+        Ok(out)
+    }
+
+    /// A node's event about one of our commands (already authenticated).
+    pub fn on_event(
+        &mut self,
+        from: &str,
+        corr: Option<&str>,
+        msg: &Message,
+        now: DateTime<Utc>,
+    ) -> Vec<Action> {
+        let Some(corr) = corr else {
+            return vec![];
+        };
+        match self.ops.get(corr).map(|o| (o.id.clone(), &o.body)) {
+            Some((id, OpBody::ScaleDown(_))) => {
+                self.drive_down(&id, DownInput::Event { from, msg }, now)
+            }
+            Some((_, OpBody::ScaleUp(_))) => vec![],
+            None => {
+                tracing::debug!(corr, from, "event for an unknown operation");
+                vec![]
+            }
+        }
+    }
+
+    /// A handler call finished (or timed out).
+    pub fn on_handler_result(
+        &mut self,
+        tag: CallTag,
+        result: CallResult,
+        now: DateTime<Utc>,
+    ) -> Vec<Action> {
+        match tag {
+            CallTag::Group(g) => match result {
+                CallResult::Capacity(r) => self.drive_supply(&g, SupplyInput::Capacity(r), now),
+                _ => vec![],
+            },
+            CallTag::Op { op, seq } => {
+                let Some(o) = self.ops.get(&op) else {
+                    return vec![];
+                };
+                if o.call_seq != seq || o.is_done() {
+                    tracing::debug!(%op, seq, "result of an older handler call: ignored");
+                    return vec![];
+                }
+                match o.body {
+                    OpBody::ScaleUp(_) => self.drive_up(&op, UpInput::Result(result), now),
+                    OpBody::ScaleDown(_) => self.drive_down(&op, DownInput::Result(result), now),
+                }
+            }
+        }
+    }
+
+    /// Deadlines, polls and retries. Call often (every second or faster).
+    pub fn tick(&mut self, now: DateTime<Utc>) -> Vec<Action> {
+        let mut out = vec![];
+        for id in self.ops.in_flight_ids() {
+            out.extend(self.step_op(&id, OpStep::Tick, now));
+        }
+        // Exhausted groups: is there capacity again?
+        let due: Vec<_> = self
+            .groups
+            .iter()
+            .filter(|(_, s)| s.supply.check_due(now))
+            .map(|(g, _)| g.clone())
+            .collect();
+        for g in due {
+            out.extend(self.drive_supply(&g, SupplyInput::Tick, now));
+        }
+        out
+    }
+
+    /// After a restart: re-issue the effect of every unfinished step. Commands
+    /// keep their ids (a node that has one already refuses the copy as a
+    /// replay); creates whose outcome is unknown are looked up, never re-sent.
+    pub fn resume(&mut self, now: DateTime<Utc>) -> Vec<Action> {
+        let mut out = vec![];
+        for id in self.ops.in_flight_ids() {
+            if let Some(op) = self.ops.get(&id) {
+                tracing::info!(op = %id, state = op.state(), "resuming operation");
+            }
+            out.extend(self.step_op(&id, OpStep::Resume, now));
+        }
+        out
+    }
+
+    fn step_op(&mut self, id: &OpId, step: OpStep, now: DateTime<Utc>) -> Vec<Action> {
+        match self.ops.get(id).map(|o| &o.body) {
+            Some(OpBody::ScaleUp(_)) => self.drive_up(id, step.up(), now),
+            Some(OpBody::ScaleDown(_)) => self.drive_down(id, step.down(), now),
+            None => vec![],
+        }
+    }
+
+    /// An operator's request: the answer, and what it set off. `agent` and
+    /// `refused` complete the status document.
+    pub fn on_operator(
+        &mut self,
+        from: &str,
+        req: AdminRequest,
+        agent: &str,
+        refused: &BTreeMap<String, u64>,
+        now: DateTime<Utc>,
+    ) -> (AdminReply, Vec<Action>) {
+        match operator::decide(&self.facts(), from, req, now) {
+            Ok(order) => self.carry_out(order, agent, refused, now),
+            Err(e) => (operator::refused(e), vec![]),
+        }
+    }
+
+    fn carry_out(
+        &mut self,
+        order: Order,
+        agent: &str,
+        refused: &BTreeMap<String, u64>,
+        now: DateTime<Utc>,
+    ) -> (AdminReply, Vec<Action>) {
+        match order {
+            Order::Status => (
+                operator::status(&Status::of(self, agent, now, refused)),
+                vec![],
+            ),
+            Order::Evacuate(ev) => {
+                let node = ev.node.clone();
+                let (op, acts) = self.evacuate(ev, now);
+                (operator::evacuating(&node, &op), acts)
+            }
+            Order::Abort(a) => {
+                let reply = operator::aborting(a.op());
+                (reply, self.abort(a, now))
+            }
+            Order::Mark { node, on } => {
+                self.set_do_not_disrupt(&node, on);
+                (operator::marked(&node, on), vec![])
+            }
+        }
+    }
+
+    fn evacuate(&mut self, ev: Evacuation, now: DateTime<Utc>) -> (OpId, Vec<Action>) {
+        self.start_scale_down(&ev.group, &ev.node, ev.origin, ev.reason, now)
+    }
+
+    fn abort(&mut self, a: Abort, now: DateTime<Utc>) -> Vec<Action> {
+        match a {
+            Abort::Drain { op, why } => {
+                let abort = DownInput::Abort { why, cancel: false };
+                self.drive_down(&op, abort, now)
+            }
+            Abort::ScaleUp { op, by } => self.drive_up(&op, UpInput::Abort { by }, now),
+        }
+    }
+
+    /// Starts a scale-down of `node` at an operator's request. Thresholds and
+    /// budgets do not apply; do-not-disrupt, pinned gears and room do.
+    pub fn operator_evacuate(
+        &mut self,
+        node: &str,
+        by: &str,
+        now: DateTime<Utc>,
+    ) -> Result<(OpId, Vec<Action>), String> {
+        let ev = operator::evacuate(&self.facts(), node, by, now)?;
+        Ok(self.evacuate(ev, now))
+    }
+
+    /// Aborts an operation at an operator's request.
+    pub fn operator_abort(
+        &mut self,
+        id: &str,
+        by: &str,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<Action>, String> {
+        let a = operator::abort(&self.facts(), id, by)?;
+        Ok(self.abort(a, now))
+    }
+
+    /// Marks or unmarks a node do-not-disrupt (persisted).
+    pub fn set_do_not_disrupt(&mut self, node: &str, on: bool) {
+        if self.marks.set(node, on) {
+            self.changes.marks = true;
+        }
+    }
+}
+
+/// The inputs every operation takes, whatever its kind.
+#[derive(Debug, Clone, Copy)]
+enum OpStep {
+    Tick,
+    Resume,
+}
+
+impl OpStep {
+    fn up(self) -> UpInput {
+        match self {
+            OpStep::Tick => UpInput::Tick,
+            OpStep::Resume => UpInput::Resume,
+        }
+    }
+
+    fn down(self) -> DownInput<'static> {
+        match self {
+            OpStep::Tick => DownInput::Tick,
+            OpStep::Resume => DownInput::Resume,
+        }
+    }
+}

@@ -1,0 +1,561 @@
+//! The scale-down saga: empty one node and remove exactly it, crash-safe.
+//!
+//! `Deactivating -> (Inventorying) -> Evacuating -> ConfirmingEmpty ->
+//! Removing -> ConfirmingGone -> Done(Removed)`; an abort or a drain cancel
+//! goes through `Reactivating` to `Done(Aborted|Cancelled)`.
+//!
+//! [`ScaleDown::step`] is the machine: `(state, input, now) -> (state,
+//! effects)`. It reads the fleet and the other operations through
+//! [`Facts`] (to plan the moves and to see the node's reports) and never
+//! changes them; how the saga ended is its [`DownOutcome`], which the
+//! coordinator turns into the group's cooldowns and the fleet's forgetting
+//! of a removed node.
+//!
+//! Layout: this file holds the state, the inputs and the command steps;
+//! `evacuate.rs` plans and follows the evacuation rounds,
+//! `remove.rs` asks the handler to remove the node and waits
+//! until it is gone.
+
+mod evacuate;
+mod remove;
+
+use chrono::{DateTime, Utc};
+use gearshift_handlers::{GroupKey, Presence};
+use gearshift_proto::msg::{
+    Activate, Deactivate, DecisionKind, Evacuate, GearInfo, InventoryRequest, Message, Move,
+};
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use crate::config::BrokerConfig;
+use crate::core::actions::{CallResult, Effect, Note, Out, dur};
+use crate::core::facts::Facts;
+use crate::ops::OpId;
+use crate::planner::EvacuationPlanner;
+
+/// Who started a scale-down.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Origin {
+    /// The policy, with the victim strategy it used.
+    Policy {
+        /// Strategy name.
+        strategy: String,
+    },
+    /// An operator (`gearshift-broker evacuate NODE`).
+    Operator {
+        /// Who asked (the request's `from`).
+        by: String,
+    },
+}
+
+/// Evacuation progress, from the node's `event.progress`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DrainProgress {
+    /// Gears moved (this round).
+    pub moved: u32,
+    /// Gears failed (this round).
+    pub failed: u32,
+    /// Gears still to move (this round).
+    pub remaining: u32,
+    /// Gears in this round.
+    pub total: u32,
+    /// Gears moved over all rounds.
+    pub moved_total: u32,
+}
+
+/// A scale-down saga.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ScaleDown {
+    /// The victim.
+    pub node: String,
+    /// Who chose it.
+    pub origin: Origin,
+    /// Where it is.
+    pub step: DownStep,
+    /// Envelope id of the command of the current step.
+    pub cmd: Option<Uuid>,
+    /// When that command was last sent.
+    pub cmd_sent: Option<DateTime<Utc>>,
+    /// Sends of the current command.
+    pub sends: u32,
+    /// Deadline of the current step.
+    pub deadline: DateTime<Utc>,
+    /// Evacuation rounds started.
+    pub round: u32,
+    /// The node's gears, from its last inventory.
+    pub gears: Vec<GearInfo>,
+    /// The moves of the current round.
+    pub moves: Vec<Move>,
+    /// Progress of the current round.
+    pub progress: DrainProgress,
+    /// Remove requests made.
+    pub remove_attempt: u32,
+    /// When the remove request was accepted.
+    pub removed_at: Option<DateTime<Utc>>,
+    /// Next handler call (remove retry or presence poll).
+    pub next_call: Option<DateTime<Utc>>,
+    /// The handler's last presence answer after the removal.
+    #[serde(default)]
+    pub presence: Option<Presence>,
+    /// Why the saga is being aborted (set with `Reactivating`).
+    pub abort_reason: Option<String>,
+    /// How it ended.
+    pub end: Option<DownEnd>,
+    /// Set when the node's gears are known but no evacuation plan was found
+    /// while the agent, just started, is still learning the fleet (the
+    /// start-up grace): planning is tried again at this instant instead of
+    /// aborting a drain that the previous process had started.
+    #[serde(default)]
+    pub replan_at: Option<DateTime<Utc>>,
+}
+
+/// Steps of a scale-down.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "step", rename_all = "snake_case")]
+pub enum DownStep {
+    /// `cmd.deactivate` sent; waiting for `Deactivated{gears}`.
+    Deactivating,
+    /// `cmd.inventory` sent; waiting for `Inventory{gears}`.
+    Inventorying,
+    /// `cmd.evacuate` sent; following progress until `Evacuated`.
+    Evacuating,
+    /// Waiting for a report that shows the node empty.
+    ConfirmingEmpty,
+    /// The handler is asked to remove exactly this node. Journaled before the call.
+    Removing,
+    /// Waiting until the handler says gone or the reports stop.
+    ConfirmingGone,
+    /// `cmd.activate` sent (abort or drain cancel).
+    Reactivating {
+        /// A drain cancel (pressure returned) rather than an abort.
+        cancel: bool,
+    },
+    /// Finished; see `end`.
+    Done,
+}
+
+impl DownStep {
+    /// Short name.
+    pub fn name(&self) -> &'static str {
+        match self {
+            DownStep::Deactivating => "deactivating",
+            DownStep::Inventorying => "inventorying",
+            DownStep::Evacuating => "evacuating",
+            DownStep::ConfirmingEmpty => "confirming_empty",
+            DownStep::Removing => "removing",
+            DownStep::ConfirmingGone => "confirming_gone",
+            DownStep::Reactivating { cancel: true } => "cancelling",
+            DownStep::Reactivating { cancel: false } => "aborting",
+            DownStep::Done => "done",
+        }
+    }
+
+    /// Whether a drain cancel can still bring the node back (nothing was removed).
+    pub fn cancellable(&self) -> bool {
+        matches!(
+            self,
+            DownStep::Deactivating
+                | DownStep::Inventorying
+                | DownStep::Evacuating
+                | DownStep::ConfirmingEmpty
+        )
+    }
+}
+
+/// How a scale-down ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "end", rename_all = "snake_case")]
+pub enum DownEnd {
+    /// Empty and gone.
+    Removed,
+    /// Aborted; the node is active again.
+    Aborted {
+        /// Why.
+        reason: String,
+    },
+    /// Pressure returned; the node is active again.
+    Cancelled,
+    /// Could not finish nor re-activate: needs an operator.
+    Failed {
+        /// Why.
+        reason: String,
+    },
+}
+
+impl DownEnd {
+    /// Short name.
+    pub fn name(&self) -> &'static str {
+        match self {
+            DownEnd::Removed => "removed",
+            DownEnd::Aborted { .. } => "aborted",
+            DownEnd::Cancelled => "cancelled",
+            DownEnd::Failed { .. } => "failed",
+        }
+    }
+}
+
+/// What a scale-down is told.
+#[derive(Debug, Clone, PartialEq)]
+pub enum DownInput<'m> {
+    /// Just decided: deactivate the node.
+    Start,
+    /// A node event about this operation.
+    Event {
+        /// The sender (events from another node than the victim are ignored).
+        from: &'m str,
+        /// The event.
+        msg: &'m Message,
+    },
+    /// The victim reported (it may show itself empty).
+    Report {
+        /// Its gears.
+        total_gears: u32,
+        /// Whether it is carrying out a command.
+        busy: bool,
+    },
+    /// The answer to its latest handler call.
+    Result(CallResult),
+    /// Time passed: deadlines, re-sends, polls.
+    Tick,
+    /// The agent restarted: re-issue the effect of the current step.
+    Resume,
+    /// Stop and re-activate the node, unless it is past the point of return.
+    Abort {
+        /// Why.
+        why: String,
+        /// A drain cancel (pressure returned) rather than an abort.
+        cancel: bool,
+    },
+}
+
+/// How a scale-down ended, for its group (cooldowns) and the fleet.
+#[derive(Debug, Clone, PartialEq)]
+pub enum DownOutcome {
+    /// The saga reached its end.
+    Ended(DownEnd),
+}
+
+/// What a scale-down reads besides its own state.
+pub struct DownCtx<'a> {
+    /// Its id.
+    pub op: &'a OpId,
+    /// Its group.
+    pub group: &'a GroupKey,
+    /// Why it was started (the deactivate command says it).
+    pub reason: &'a str,
+    /// Timeouts, attempts, parallelism, the start-up grace.
+    pub cfg: &'a BrokerConfig,
+    /// The fleet and the other operations.
+    pub facts: Facts<'a>,
+    /// Where the gears go.
+    pub planner: &'a dyn EvacuationPlanner,
+    /// New command ids.
+    pub ids: &'a mut dyn FnMut() -> Uuid,
+}
+
+type DownOut = Out<DownOutcome>;
+
+impl ScaleDown {
+    /// A drain of `node`, about to send its first command.
+    pub fn new(node: &str, origin: Origin, now: DateTime<Utc>) -> ScaleDown {
+        ScaleDown {
+            node: node.to_string(),
+            origin,
+            step: DownStep::Deactivating,
+            cmd: None,
+            cmd_sent: None,
+            sends: 0,
+            deadline: now,
+            round: 0,
+            gears: vec![],
+            moves: vec![],
+            progress: DrainProgress::default(),
+            remove_attempt: 0,
+            removed_at: None,
+            next_call: None,
+            presence: None,
+            abort_reason: None,
+            end: None,
+            replan_at: None,
+        }
+    }
+
+    /// The short state name: the step, or how it ended.
+    pub fn state_name(&self) -> &'static str {
+        match (&self.step, &self.end) {
+            (DownStep::Done, Some(e)) => e.name(),
+            (s, _) => s.name(),
+        }
+    }
+
+    /// Whether the node is being removed or was: no longer capacity, not missing.
+    pub fn is_removing(&self) -> bool {
+        matches!(self.step, DownStep::Removing | DownStep::ConfirmingGone)
+            || self.end == Some(DownEnd::Removed)
+    }
+
+    /// The machine.
+    pub fn step(
+        &mut self,
+        cx: &mut DownCtx<'_>,
+        input: DownInput<'_>,
+        now: DateTime<Utc>,
+    ) -> DownOut {
+        match input {
+            DownInput::Start => {
+                let msg = Message::Deactivate(Deactivate {
+                    reason: cx.reason.to_string(),
+                });
+                self.enter(cx, DownStep::Deactivating, Some(msg), now)
+            }
+            DownInput::Event { from, msg } => self.on_event(cx, from, msg, now),
+            DownInput::Report { total_gears, busy } => self.on_report(cx, total_gears, busy, now),
+            DownInput::Result(r) => self.on_result(cx, r, now),
+            DownInput::Tick => self.on_tick(cx, now),
+            DownInput::Resume => self.resume(cx),
+            DownInput::Abort { why, cancel } => self.abort(cx, why, cancel, now),
+        }
+    }
+
+    fn on_event(
+        &mut self,
+        cx: &mut DownCtx<'_>,
+        from: &str,
+        msg: &Message,
+        now: DateTime<Utc>,
+    ) -> DownOut {
+        if self.node != from {
+            tracing::warn!(corr = %cx.op, from, node = %self.node, "event from another node than the operation's: ignored");
+            return Out::none();
+        }
+        match msg {
+            Message::Progress(p) => self.on_progress(p),
+            Message::Done(done) => self.on_done(cx, done.cmd, &done.result, now),
+            Message::Failed(f) if Some(f.cmd) == self.cmd => {
+                let reason = format!("{} failed on {from}: {}", f.command, f.error);
+                if f.retryable {
+                    self.resend(cx, reason, now)
+                } else {
+                    self.step_failed(cx, reason, now)
+                }
+            }
+            Message::Refused(r) if r.cmd.is_none() || r.cmd == self.cmd => {
+                match r.reason.as_str() {
+                    // A copy of a command it already has: its events follow.
+                    "replayed" => Out::none(),
+                    "expired" | "stale" => {
+                        self.resend(cx, format!("{from} refused the command: {}", r.detail), now)
+                    }
+                    _ => self.step_failed(
+                        cx,
+                        format!("{from} refused the command ({}): {}", r.reason, r.detail),
+                        now,
+                    ),
+                }
+            }
+            _ => Out::none(),
+        }
+    }
+
+    /// The command of the current step, as first sent (re-sends and resumes).
+    fn current_command(&self, cx: &DownCtx<'_>) -> Option<Message> {
+        let saga = &cx.cfg.saga;
+        Some(match &self.step {
+            DownStep::Deactivating => Message::Deactivate(Deactivate {
+                reason: cx.reason.to_string(),
+            }),
+            DownStep::Inventorying => Message::Inventory(InventoryRequest {}),
+            DownStep::Reactivating { .. } => Message::Activate(Activate {
+                reason: self.abort_reason.clone().unwrap_or_default(),
+            }),
+            DownStep::Evacuating => Message::Evacuate(Evacuate {
+                moves: self.moves.clone(),
+                parallelism: Some(saga.evacuation_parallelism),
+                deadline: Some(self.deadline - dur(saga.command_timeout)),
+            }),
+            _ => return None,
+        })
+    }
+
+    /// Moves to `step`, with a new command when given.
+    fn enter(
+        &mut self,
+        cx: &mut DownCtx<'_>,
+        step: DownStep,
+        msg: Option<Message>,
+        now: DateTime<Utc>,
+    ) -> DownOut {
+        let cmd = msg.as_ref().map(|_| (cx.ids)());
+        self.step = step;
+        self.replan_at = None;
+        self.cmd = cmd;
+        self.cmd_sent = cmd.map(|_| now);
+        self.sends = u32::from(cmd.is_some());
+        self.deadline = now + dur(cx.cfg.saga.command_timeout);
+        match (msg, cmd) {
+            (Some(msg), Some(id)) => Out::effect(Effect::Send {
+                node: self.node.clone(),
+                id,
+                msg,
+            }),
+            _ => Out::touched(),
+        }
+    }
+
+    /// Sends the current command again (with a new id), or fails the step.
+    fn resend(&mut self, cx: &mut DownCtx<'_>, why: String, now: DateTime<Utc>) -> DownOut {
+        if self.sends >= cx.cfg.saga.command_attempts {
+            let why = format!("{why}; sent {} times", self.sends);
+            return self.step_failed(cx, why, now);
+        }
+        let Some(msg) = self.current_command(cx) else {
+            return Out::none();
+        };
+        tracing::warn!(op = %cx.op, why, "sending the command again");
+        let id = (cx.ids)();
+        self.cmd = Some(id);
+        self.cmd_sent = Some(now);
+        self.sends += 1;
+        if self.step != DownStep::Evacuating {
+            self.deadline = now + dur(cx.cfg.saga.command_timeout);
+        }
+        Out::effect(Effect::Send {
+            node: self.node.clone(),
+            id,
+            msg,
+        })
+    }
+
+    /// The current step cannot go on.
+    fn step_failed(&mut self, cx: &mut DownCtx<'_>, why: String, now: DateTime<Utc>) -> DownOut {
+        match &self.step {
+            DownStep::Reactivating { .. } => self.end(DownEnd::Failed {
+                reason: format!("could not re-activate the node: {why}"),
+            }),
+            s if s.cancellable() => self.abort(cx, why, false, now),
+            _ => Out::none(),
+        }
+    }
+
+    /// Aborts (or cancels) a drain: the node is re-activated.
+    fn abort(
+        &mut self,
+        cx: &mut DownCtx<'_>,
+        why: String,
+        cancel: bool,
+        now: DateTime<Utc>,
+    ) -> DownOut {
+        if !self.step.cancellable() {
+            return Out::none();
+        }
+        tracing::warn!(op = %cx.op, node = %self.node, why, cancel, "re-activating the node");
+        let msg = Message::Activate(Activate {
+            reason: if cancel {
+                format!("drain cancelled: {why}")
+            } else {
+                format!("scale-down aborted: {why}")
+            },
+        });
+        self.abort_reason = Some(why);
+        self.enter(cx, DownStep::Reactivating { cancel }, Some(msg), now)
+    }
+
+    /// The node answered `Activated` to the abort or cancel.
+    fn reactivated(&mut self, cancel: bool) -> DownOut {
+        let end = if cancel {
+            DownEnd::Cancelled
+        } else {
+            DownEnd::Aborted {
+                reason: self.abort_reason.clone().unwrap_or_default(),
+            }
+        };
+        self.end(end)
+    }
+
+    /// Ends the saga and says how.
+    fn end(&mut self, end: DownEnd) -> DownOut {
+        self.step = DownStep::Done;
+        self.end = Some(end.clone());
+        self.cmd = None;
+        let node = &self.node;
+        let (kind, reason) = match &end {
+            DownEnd::Removed => (DecisionKind::Removed, format!("{node} is empty and gone")),
+            DownEnd::Cancelled => (
+                DecisionKind::DrainCancelled,
+                format!("{node} is active again: scale-up pressure returned during its drain"),
+            ),
+            DownEnd::Aborted { reason } => (
+                DecisionKind::Aborted,
+                format!("scale-down of {node} aborted, node active again: {reason}"),
+            ),
+            DownEnd::Failed { reason } => (
+                DecisionKind::Aborted,
+                format!("scale-down of {node} failed and needs an operator: {reason}"),
+            ),
+        };
+        Out {
+            outcome: Some(DownOutcome::Ended(end)),
+            ..Out::effect(Effect::Decide(Note {
+                kind,
+                node: Some(node.clone()),
+                reason,
+                stats: true,
+            }))
+        }
+    }
+
+    /// Re-issues the current step's effect after a restart. Commands keep
+    /// their ids: a node that has one already refuses the copy as a replay.
+    fn resume(&mut self, cx: &mut DownCtx<'_>) -> DownOut {
+        match &self.step {
+            DownStep::Deactivating
+            | DownStep::Inventorying
+            | DownStep::Evacuating
+            | DownStep::Reactivating { .. } => match (self.cmd, self.current_command(cx)) {
+                (Some(id), Some(msg)) => Out {
+                    effects: vec![Effect::Send {
+                        node: self.node.clone(),
+                        id,
+                        msg,
+                    }],
+                    ..Out::none()
+                },
+                _ => Out::none(),
+            },
+            DownStep::Removing => self.call_remove(cx),
+            DownStep::ConfirmingGone => self.call_presence(cx),
+            _ => Out::none(),
+        }
+    }
+
+    fn on_tick(&mut self, cx: &mut DownCtx<'_>, now: DateTime<Utc>) -> DownOut {
+        let cmd_timeout = dur(cx.cfg.saga.command_timeout);
+        let asking = matches!(self.step, DownStep::Deactivating | DownStep::Inventorying);
+        match self.step {
+            _ if asking && self.replan_at.is_some_and(|t| now >= t) => {
+                self.replan_at = None;
+                let gears = self.gears.clone();
+                self.plan(cx, gears, now)
+            }
+            // The node answered; waiting to plan again, not to resend.
+            _ if asking && self.replan_at.is_some() => Out::none(),
+            DownStep::Deactivating | DownStep::Inventorying | DownStep::Reactivating { .. }
+                if self.cmd_sent.is_some_and(|t| now - t >= cmd_timeout) =>
+            {
+                self.resend(cx, format!("no answer within {cmd_timeout}"), now)
+            }
+            DownStep::Evacuating if now >= self.deadline => {
+                self.next_round(cx, "evacuation deadline passed".into(), now)
+            }
+            DownStep::ConfirmingEmpty if now >= self.deadline => {
+                self.next_round(cx, "no report showed the node empty in time".into(), now)
+            }
+            DownStep::Removing | DownStep::ConfirmingGone => self.removal_tick(cx, now),
+            _ => Out::none(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

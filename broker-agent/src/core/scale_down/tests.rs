@@ -1,0 +1,293 @@
+//! The scale-down saga: every path through the coordinator, then the
+//! machine alone.
+
+use crate::core::testkit::*;
+
+#[test]
+fn full_scale_down_saga() {
+    let mut h = H::new(cfg_with(short_windows));
+    let (op, cmd) = start_drain(&mut h);
+    let a = done(
+        &mut h,
+        &op,
+        cmd,
+        "cmd.deactivate",
+        CommandResult::Deactivated { gears: gears(10) },
+    );
+    let (_, corr, evac_id, msg) = sends(&a).pop().unwrap();
+    assert_eq!(corr, op);
+    let Message::Evacuate(ev) = msg else {
+        panic!("{msg:?}")
+    };
+    assert_eq!(ev.moves.len(), 10);
+    assert!(ev.moves.iter().all(|m| m.target == "a" || m.target == "b"));
+    assert_eq!(down(&h, &op).step, DownStep::Evacuating);
+    // Progress.
+    let p = Message::Progress(Progress {
+        cmd: evac_id,
+        moved: 4,
+        failed: 0,
+        remaining: 6,
+        total: 10,
+        results: vec![],
+    });
+    h.core.on_event("c", Some(op.as_str()), &p, h.now);
+    assert_eq!(down(&h, &op).progress.moved, 4);
+    // Events from another node are ignored.
+    assert!(
+        h.core
+            .on_event("b", Some(op.as_str()), &p, h.now)
+            .is_empty()
+    );
+    done(
+        &mut h,
+        &op,
+        evac_id,
+        "cmd.evacuate",
+        CommandResult::Evacuated {
+            moved: 10,
+            failed: 0,
+            results: vec![],
+            gears_left: 0,
+        },
+    );
+    assert_eq!(down(&h, &op).step, DownStep::ConfirmingEmpty);
+    // The report shows the node empty: remove it through the handler.
+    h.advance(1);
+    h.out.clear();
+    let mut r = rep("c", "d1", "small", 100, 0, 0);
+    r.active = false;
+    h.report(r);
+    let (_, call) = last_call(&h);
+    let HandlerCall::Remove(req) = call else {
+        panic!()
+    };
+    assert_eq!((req.node.as_str(), req.op.as_str()), ("c", op.as_str()));
+    assert_eq!(down(&h, &op).step, DownStep::Removing);
+    answer(
+        &mut h,
+        CallResult::Remove(Ok(RemoveOutcome {
+            detail: "deleted".into(),
+            gone: false,
+        })),
+    );
+    assert_eq!(down(&h, &op).step, DownStep::ConfirmingGone);
+    h.advance(30);
+    let a = h.tick();
+    assert!(matches!(calls(&a)[0].1, HandlerCall::Presence { .. }));
+    let a = answer(&mut h, CallResult::Presence(Ok(Presence::Gone)));
+    assert_eq!(
+        decisions(&a),
+        vec![(DecisionKind::Removed, "d1".into(), Some("c".into()))]
+    );
+    assert!(h.core.fleet().get("c").is_none());
+    // A late report of the removed node does not bring it back.
+    let mut late = rep("c", "d1", "small", 100, 0, 0);
+    late.seq = 999;
+    assert_eq!(
+        h.core.on_report(late.clone(), h.now).unwrap_err(),
+        crate::fleet::ReportRejected::Removed
+    );
+    // A new agent of that name (started after the removal) is a new node.
+    late.started_at = h.now + Duration::seconds(1);
+    assert!(h.core.on_report(late, h.now + Duration::seconds(2)).is_ok());
+    assert_eq!(down(&h, &op).end, Some(DownEnd::Removed));
+    assert_eq!(
+        h.core.group_state(&g("d1", "small")).memory.last_scale_down,
+        Some(h.now)
+    );
+}
+
+#[test]
+fn removal_is_confirmed_by_reports_stopping_when_the_handler_cannot_tell() {
+    let mut h = H::new(cfg_with(short_windows));
+    let (op, cmd) = start_drain(&mut h);
+    done(
+        &mut h,
+        &op,
+        cmd,
+        "cmd.deactivate",
+        CommandResult::Deactivated { gears: vec![] },
+    );
+    // The inventory is empty; the removal waits for a report that agrees.
+    assert_eq!(down(&h, &op).step, DownStep::ConfirmingEmpty);
+    h.advance(1);
+    let mut r = rep("c", "d1", "small", 100, 0, 0);
+    r.active = false;
+    h.report(r);
+    assert_eq!(down(&h, &op).step, DownStep::Removing);
+    answer(&mut h, CallResult::Remove(Ok(RemoveOutcome::default())));
+    h.advance(30);
+    h.tick();
+    answer(&mut h, CallResult::Presence(Ok(Presence::Unknown)));
+    assert_eq!(down(&h, &op).step, DownStep::ConfirmingGone);
+    h.advance(31);
+    let a = h.tick();
+    assert_eq!(kinds(&a), vec![DecisionKind::Removed]);
+}
+
+#[test]
+fn a_node_that_reports_after_the_removal_request_is_gone_once_silent() {
+    // Found by the fault campaign: the cloud stops a node some time after
+    // the remove request, and the node reports until then.
+    let mut h = H::new(cfg_with(short_windows));
+    let (op, cmd) = start_drain(&mut h);
+    done(
+        &mut h,
+        &op,
+        cmd,
+        "cmd.deactivate",
+        CommandResult::Deactivated { gears: vec![] },
+    );
+    h.advance(1);
+    let mut r = rep("c", "d1", "small", 100, 0, 0);
+    r.active = false;
+    h.report(r.clone());
+    assert_eq!(down(&h, &op).step, DownStep::Removing);
+    answer(&mut h, CallResult::Remove(Ok(RemoveOutcome::default())));
+    assert_eq!(down(&h, &op).step, DownStep::ConfirmingGone);
+    // Two more reports while the cloud gets to it, then silence.
+    for _ in 0..2 {
+        h.advance(2);
+        r.seq += 1;
+        h.report(r.clone());
+        h.tick();
+        assert_eq!(down(&h, &op).step, DownStep::ConfirmingGone);
+    }
+    h.advance(60);
+    let a = h.tick();
+    assert_eq!(kinds(&a), vec![DecisionKind::Removed]);
+}
+
+#[test]
+fn abort_reactivates_the_node_after_failed_evacuation_rounds() {
+    let mut h = H::new(cfg_with(|c| {
+        short_windows(c);
+        c.saga.evacuation_attempts = 2;
+    }));
+    let (op, cmd) = start_drain(&mut h);
+    let a = done(
+        &mut h,
+        &op,
+        cmd,
+        "cmd.deactivate",
+        CommandResult::Deactivated { gears: gears(3) },
+    );
+    let mut evac = sends(&a).pop().unwrap().2;
+    for round in 1..=2 {
+        let left = CommandResult::Evacuated {
+            moved: 2,
+            failed: 1,
+            results: vec![],
+            gears_left: 1,
+        };
+        let a = done(&mut h, &op, evac, "cmd.evacuate", left);
+        if round == 1 {
+            let (_, _, inv, msg) = sends(&a).pop().unwrap();
+            assert!(matches!(msg, Message::Inventory(_)));
+            let a = done(
+                &mut h,
+                &op,
+                inv,
+                "cmd.inventory",
+                CommandResult::Inventory { gears: gears(1) },
+            );
+            evac = sends(&a).pop().unwrap().2;
+        } else {
+            let (_, _, act, msg) = sends(&a).pop().unwrap();
+            assert!(matches!(msg, Message::Activate(_)));
+            assert_eq!(down(&h, &op).step, DownStep::Reactivating { cancel: false });
+            let a = done(&mut h, &op, act, "cmd.activate", CommandResult::Activated);
+            assert_eq!(kinds(&a), vec![DecisionKind::Aborted]);
+        }
+    }
+    assert!(matches!(down(&h, &op).end, Some(DownEnd::Aborted { .. })));
+    assert_eq!(
+        h.core.group_state(&g("d1", "small")).memory.last_failure,
+        Some(h.now)
+    );
+}
+
+#[test]
+fn command_timeouts_resend_then_abort_and_non_retryable_failures_abort() {
+    let mut h = H::new(cfg_with(short_windows));
+    let (op, first) = start_drain(&mut h);
+    h.advance(120);
+    let a = h.tick();
+    let (_, _, second, _) = sends(&a).pop().unwrap();
+    assert_ne!(first, second, "a re-send after a timeout has a new id");
+    h.advance(120);
+    h.tick();
+    h.advance(120);
+    let a = h.tick();
+    let (_, _, _, msg) = sends(&a).pop().unwrap();
+    assert!(matches!(msg, Message::Activate(_)), "{msg:?}");
+    // Non-retryable failure of the evacuation: abort at once.
+    let mut h = H::new(cfg_with(short_windows));
+    let (op2, cmd) = start_drain(&mut h);
+    let a = done(
+        &mut h,
+        &op2,
+        cmd,
+        "cmd.deactivate",
+        CommandResult::Deactivated { gears: gears(2) },
+    );
+    let evac = sends(&a).pop().unwrap().2;
+    let f = Message::Failed(Failed {
+        cmd: evac,
+        command: "cmd.evacuate".into(),
+        error: "disk full".into(),
+        retryable: false,
+        http_status: None,
+    });
+    let a = h.core.on_event("c", Some(op2.as_str()), &f, h.now);
+    assert!(matches!(sends(&a).pop().unwrap().3, Message::Activate(_)));
+    let _ = op;
+}
+
+#[test]
+fn pinned_gear_in_the_inventory_aborts() {
+    let mut h = H::new(cfg_with(short_windows));
+    let (op, cmd) = start_drain(&mut h);
+    let mut gs = gears(2);
+    gs[1].do_not_disrupt = true;
+    let a = done(
+        &mut h,
+        &op,
+        cmd,
+        "cmd.deactivate",
+        CommandResult::Deactivated { gears: gs },
+    );
+    assert!(matches!(sends(&a).pop().unwrap().3, Message::Activate(_)));
+}
+
+#[test]
+fn returning_pressure_cancels_the_drain_instead_of_booting_a_node() {
+    let mut h = H::new(cfg_with(short_windows));
+    let (op, cmd) = start_drain(&mut h);
+    done(
+        &mut h,
+        &op,
+        cmd,
+        "cmd.deactivate",
+        CommandResult::Deactivated { gears: gears(10) },
+    );
+    // Load returns: a and b nearly full, c inactive.
+    h.advance(10);
+    h.node("a", "d1", 95, 100);
+    h.node("b", "d1", 95, 100);
+    let mut c = rep("c", "d1", "small", 100, 10, 0);
+    c.active = false;
+    h.report(c);
+    let a = h.eval();
+    let k = kinds(&a);
+    assert!(!k.contains(&DecisionKind::ScaleUp), "{k:?}");
+    assert_eq!(explain(&a, "d1").outcome, Outcome::DrainCancelled);
+    let (_, _, act, msg) = sends(&a).pop().unwrap();
+    assert!(matches!(msg, Message::Activate(_)));
+    let a = done(&mut h, &op, act, "cmd.activate", CommandResult::Activated);
+    assert_eq!(kinds(&a), vec![DecisionKind::DrainCancelled]);
+    assert_eq!(down(&h, &op).end, Some(DownEnd::Cancelled));
+}
+
+mod machine;

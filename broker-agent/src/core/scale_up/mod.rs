@@ -1,0 +1,348 @@
+//! The scale-up operation: ask the cloud for one node and wait for it.
+//!
+//! `Preflight -> Requesting -> Booting -> Joined`, or it ends `Failed` /
+//! `TimedOut`; `Checking` asks the handler whether a request whose outcome
+//! is unknown reached the cloud (a create is never sent twice on a doubt),
+//! and `Waiting` delays a retry while the cloud is busy.
+//!
+//! [`ScaleUp::step`] is the machine: `(state, input, now) -> (state,
+//! effects)`. It knows nothing of other operations or of the fleet; what a
+//! failure or a join means for the group (backoff, exhaustion, cooldowns) is
+//! its [`UpOutcome`], which the coordinator hands to the group's trackers.
+
+use chrono::{DateTime, Utc};
+use gearshift_handlers::{Capacity, CreateOutcome, CreateRequest, GroupKey, HandlerError, Lookup};
+use gearshift_proto::msg::DecisionKind;
+use serde::{Deserialize, Serialize};
+
+use crate::config::BrokerConfig;
+use crate::core::actions::{CallResult, Effect, HandlerCall, Note, Out, dur};
+use crate::ops::OpId;
+
+/// A scale-up saga.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ScaleUp {
+    /// Where it is.
+    pub step: UpStep,
+    /// Create requests made (1 for the first).
+    pub attempt: u32,
+    /// The new node's name, when the handler or the join told.
+    pub node: Option<String>,
+    /// The cloud's id of the new node.
+    pub cloud_id: Option<String>,
+    /// When the (last) create request was accepted or became uncertain.
+    pub requested_at: Option<DateTime<Utc>>,
+    /// The last thing the handler said.
+    pub detail: String,
+}
+
+/// Steps of a scale-up.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "step", rename_all = "snake_case")]
+pub enum UpStep {
+    /// Asking the handler how much capacity is left.
+    Preflight,
+    /// The create request is (or may be) in flight. Journaled before the call.
+    Requesting,
+    /// Asking the handler whether an earlier request reached the cloud.
+    Checking,
+    /// Waiting before another create request (the cloud was busy).
+    Waiting {
+        /// When to ask again.
+        until: DateTime<Utc>,
+    },
+    /// The node is being built; waiting for its first report.
+    Booting {
+        /// The handler could not tell whether the request reached the cloud.
+        uncertain: bool,
+    },
+    /// The node reported with this operation's id.
+    Joined,
+    /// The request failed.
+    Failed {
+        /// `quota`, `busy`, `transient`, `permanent` or `aborted`.
+        kind: String,
+        /// What went wrong.
+        error: String,
+    },
+    /// The node never reported within the provision timeout.
+    TimedOut,
+}
+
+impl UpStep {
+    /// Whether this is an end state.
+    pub fn is_terminal(&self) -> bool {
+        matches!(
+            self,
+            UpStep::Joined | UpStep::Failed { .. } | UpStep::TimedOut
+        )
+    }
+
+    /// Short name.
+    pub fn name(&self) -> &'static str {
+        match self {
+            UpStep::Preflight => "preflight",
+            UpStep::Requesting => "requesting",
+            UpStep::Checking => "checking",
+            UpStep::Waiting { .. } => "waiting",
+            UpStep::Booting { .. } => "booting",
+            UpStep::Joined => "joined",
+            UpStep::Failed { .. } => "failed",
+            UpStep::TimedOut => "timed_out",
+        }
+    }
+}
+
+/// What a scale-up is told.
+#[derive(Debug, Clone, PartialEq)]
+pub enum UpInput {
+    /// Just decided: ask for capacity first.
+    Start,
+    /// The answer to its latest handler call.
+    Result(CallResult),
+    /// Time passed (provision timeout, end of a wait).
+    Tick,
+    /// The agent restarted: re-issue the effect of the current step.
+    Resume,
+    /// Its node reported for the first time.
+    Joined {
+        /// The node.
+        node: String,
+    },
+    /// An operator aborted it.
+    Abort {
+        /// Who.
+        by: String,
+    },
+}
+
+/// What a scale-up's end means for its group.
+#[derive(Debug, Clone, PartialEq)]
+pub enum UpOutcome {
+    /// The node joined: the failures are over.
+    Joined,
+    /// The cloud refused or failed: backoff, and exhaustion on quota errors.
+    Failed(HandlerError),
+    /// The node never reported: a failure too.
+    TimedOut,
+}
+
+/// What a scale-up reads besides its own state.
+#[derive(Debug, Clone, Copy)]
+pub struct UpCtx<'a> {
+    /// Its id.
+    pub op: &'a OpId,
+    /// Its group.
+    pub group: &'a GroupKey,
+    /// When it was decided (the provision timeout runs from here when no
+    /// request time is known).
+    pub created: DateTime<Utc>,
+    /// Attempts, waits and timeouts; the group's shape.
+    pub cfg: &'a BrokerConfig,
+}
+
+type UpOut = Out<UpOutcome>;
+
+impl ScaleUp {
+    /// A scale-up just decided (its first step is the pre-flight check).
+    pub fn new() -> ScaleUp {
+        ScaleUp {
+            step: UpStep::Preflight,
+            attempt: 0,
+            node: None,
+            cloud_id: None,
+            requested_at: None,
+            detail: String::new(),
+        }
+    }
+
+    /// The machine.
+    pub fn step(&mut self, cx: &UpCtx<'_>, input: UpInput, now: DateTime<Utc>) -> UpOut {
+        match input {
+            UpInput::Start => preflight(cx),
+            UpInput::Result(r) => self.on_result(cx, r, now),
+            UpInput::Tick => self.on_tick(cx, now),
+            UpInput::Resume => match self.step {
+                UpStep::Preflight => preflight(cx),
+                UpStep::Requesting | UpStep::Checking => self.check(cx),
+                _ => Out::none(),
+            },
+            UpInput::Joined { node } => self.joined(cx, node),
+            UpInput::Abort { by } => {
+                self.step = UpStep::Failed {
+                    kind: "aborted".into(),
+                    error: format!("operator {by} aborted it"),
+                };
+                Out::touched()
+            }
+        }
+    }
+
+    fn on_result(&mut self, cx: &UpCtx<'_>, r: CallResult, now: DateTime<Utc>) -> UpOut {
+        match (&self.step, r) {
+            (UpStep::Preflight, CallResult::Capacity(r)) => match r {
+                Ok(Capacity {
+                    nodes_available: Some(0),
+                    detail,
+                }) => self.failed(HandlerError::Quota(format!("pre-flight: {detail}"))),
+                Err(e) if e.is_quota() => self.failed(e),
+                Ok(_) | Err(_) => self.request(cx),
+            },
+            (UpStep::Requesting, CallResult::Create(r)) => match r {
+                Ok(o) => self.booting(Some(o), false, now),
+                Err(HandlerError::Transient(e)) => {
+                    // The request may or may not have reached the cloud: ask.
+                    tracing::warn!(
+                        op = %cx.op,
+                        error = e,
+                        "create-node outcome unknown; looking it up"
+                    );
+                    self.check(cx)
+                }
+                Err(HandlerError::Busy(e)) => self.retry_later(cx, e, now),
+                Err(e) => self.failed(e),
+            },
+            (UpStep::Checking, CallResult::Lookup(r)) => match r {
+                Ok(Lookup::Found(o)) => self.booting(Some(o), false, now),
+                Ok(Lookup::NotFound) if self.attempt >= cx.cfg.saga.create_attempts => {
+                    self.failed(HandlerError::Transient(format!(
+                        "no node after {} create requests",
+                        self.attempt
+                    )))
+                }
+                Ok(Lookup::NotFound) => self.request(cx),
+                // Cannot tell: never ask twice; wait for the join or the provision timeout.
+                Ok(Lookup::Unknown) | Err(_) => self.booting(None, true, now),
+            },
+            _ => Out::none(),
+        }
+    }
+
+    fn on_tick(&mut self, cx: &UpCtx<'_>, now: DateTime<Utc>) -> UpOut {
+        match &self.step {
+            UpStep::Booting { .. } => {
+                let since = self.requested_at.unwrap_or(cx.created);
+                if now - since >= dur(cx.cfg.policy.provision_timeout) {
+                    return self.timed_out(cx);
+                }
+                Out::none()
+            }
+            UpStep::Waiting { until } if now >= *until => self.request(cx),
+            _ => Out::none(),
+        }
+    }
+
+    /// Journals `Requesting` and issues the create call.
+    fn request(&mut self, cx: &UpCtx<'_>) -> UpOut {
+        self.step = UpStep::Requesting;
+        self.attempt += 1;
+        Out::effect(Effect::Call(HandlerCall::Create(CreateRequest {
+            op: cx.op.to_string(),
+            group: cx.group.clone(),
+            shape: cx.cfg.group(cx.group).shape,
+            attempt: self.attempt,
+        })))
+    }
+
+    fn check(&mut self, cx: &UpCtx<'_>) -> UpOut {
+        self.step = UpStep::Checking;
+        Out::effect(Effect::Call(HandlerCall::Lookup {
+            op: cx.op.clone(),
+            group: cx.group.clone(),
+        }))
+    }
+
+    fn retry_later(&mut self, cx: &UpCtx<'_>, why: String, now: DateTime<Utc>) -> UpOut {
+        if self.attempt >= cx.cfg.saga.create_attempts {
+            return self.failed(HandlerError::Busy(why));
+        }
+        self.step = UpStep::Waiting {
+            until: now + dur(cx.cfg.saga.presence_poll),
+        };
+        self.detail = format!("cloud busy: {why}");
+        Out::touched()
+    }
+
+    fn booting(&mut self, o: Option<CreateOutcome>, uncertain: bool, now: DateTime<Utc>) -> UpOut {
+        self.step = UpStep::Booting { uncertain };
+        self.requested_at = Some(now);
+        if let Some(o) = o {
+            self.node = o.node.or(self.node.take());
+            self.cloud_id = o.cloud_id.or(self.cloud_id.take());
+            self.detail = o.detail;
+        } else if uncertain {
+            self.detail = "the handler cannot tell whether the request reached the cloud; waiting for the node".into();
+        }
+        Out::touched()
+    }
+
+    fn failed(&mut self, e: HandlerError) -> UpOut {
+        self.step = UpStep::Failed {
+            kind: e.label().to_string(),
+            error: e.to_string(),
+        };
+        let decide = Effect::Decide(Note {
+            kind: DecisionKind::HandlerFailed,
+            node: None,
+            reason: format!("create-node failed ({}): {e}", e.label()),
+            stats: true,
+        });
+        Out {
+            outcome: Some(UpOutcome::Failed(e)),
+            ..Out::effect(decide)
+        }
+    }
+
+    fn timed_out(&mut self, cx: &UpCtx<'_>) -> UpOut {
+        self.step = UpStep::TimedOut;
+        let decide = Effect::Decide(Note {
+            kind: DecisionKind::ProvisionTimeout,
+            node: None,
+            reason: format!(
+                "no node reported for {} within the provision timeout ({})",
+                cx.op,
+                humantime::format_duration(cx.cfg.policy.provision_timeout)
+            ),
+            stats: true,
+        });
+        Out {
+            outcome: Some(UpOutcome::TimedOut),
+            ..Out::effect(decide)
+        }
+    }
+
+    fn joined(&mut self, cx: &UpCtx<'_>, node: String) -> UpOut {
+        if self.step.is_terminal() {
+            return Out::none();
+        }
+        self.step = UpStep::Joined;
+        self.node = Some(node.clone());
+        let reason = format!("{node} reported for the first time, booted for {}", cx.op);
+        Out {
+            outcome: Some(UpOutcome::Joined),
+            ..Out::effect(Effect::Decide(Note {
+                kind: DecisionKind::Joined,
+                node: Some(node),
+                reason,
+                stats: true,
+            }))
+        }
+    }
+}
+
+impl Default for ScaleUp {
+    fn default() -> Self {
+        ScaleUp::new()
+    }
+}
+
+/// The pre-flight capacity check.
+fn preflight(cx: &UpCtx<'_>) -> UpOut {
+    Out::effect(Effect::Call(HandlerCall::Capacity {
+        group: cx.group.clone(),
+        shape: cx.cfg.group(cx.group).shape,
+    }))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,127 @@
+//! What one evaluation knows about a group.
+
+use gearshift_handlers::GroupKey;
+use gearshift_proto::msg::{GroupStats, Reason};
+
+use super::{Eval, ago, reason};
+use crate::config::GroupSettings;
+use crate::fleet::{NodeEntry, usage};
+use crate::ops::{OpBody, OpId};
+
+/// A group's figures and operations at the evaluation's instant.
+#[derive(Debug, Clone)]
+pub(super) struct GroupFacts {
+    pub key: GroupKey,
+    pub settings: GroupSettings,
+    pub stats: GroupStats,
+    /// Known nodes (reporting or missing), not being removed.
+    pub nodes: u32,
+    /// Scale-ups not finished.
+    pub booting: u32,
+    /// Scale-downs not finished.
+    pub draining: u32,
+    /// Drains that can still be cancelled.
+    pub cancellable: Vec<OpId>,
+    /// `max_active_gears` of a node of this group (largest seen), if any is known.
+    pub per_node_max: Option<u32>,
+    /// Available active gears plus what booting nodes will bring.
+    pub proj_available: u32,
+}
+
+impl GroupFacts {
+    /// Usage with the booting nodes counted as capacity.
+    pub fn proj_usage(&self) -> f64 {
+        usage(self.stats.gears_active, self.proj_available)
+    }
+}
+
+impl Eval<'_> {
+    pub(super) fn group_facts(&self, key: &GroupKey) -> GroupFacts {
+        let fleet = self.facts.fleet;
+        let stats = self
+            .facts
+            .group_stats_without(key, self.now, &self.removing);
+        let nodes = fleet
+            .in_group(key)
+            .filter(|e| !self.removing.contains(&e.report.node))
+            .count() as u32;
+        let mut booting = 0;
+        let mut draining = 0;
+        let mut cancellable = vec![];
+        for op in self.facts.ops.in_flight().filter(|o| &o.group == key) {
+            match &op.body {
+                OpBody::ScaleUp(_) => booting += 1,
+                OpBody::ScaleDown(d) => {
+                    draining += 1;
+                    if d.step.cancellable() {
+                        cancellable.push(op.id.clone());
+                    }
+                }
+            }
+        }
+        let per_node_max = fleet
+            .in_group(key)
+            .map(|e| e.report.max_active_gears)
+            .max()
+            .or_else(|| {
+                fleet
+                    .nodes()
+                    .filter(|e| e.report.profile == key.profile)
+                    .map(|e| e.report.max_active_gears)
+                    .max()
+            });
+        let proj_available = stats
+            .available_active_gears
+            .saturating_add(booting * per_node_max.unwrap_or(0));
+        GroupFacts {
+            key: key.clone(),
+            settings: self.cfg.group(key),
+            stats,
+            nodes,
+            booting,
+            draining,
+            cancellable,
+            per_node_max,
+            proj_available,
+        }
+    }
+
+    pub(super) fn missing_rule(&self, f: &GroupFacts) -> Reason {
+        reason(
+            "missing_nodes",
+            f.stats.nodes_missing == 0,
+            format!("{} node(s) missing", f.stats.nodes_missing),
+        )
+    }
+
+    /// Decisions only on reports newer than the group's last decision.
+    pub(super) fn fresh_rule(&self, f: &GroupFacts) -> Reason {
+        let now = self.now;
+        let Some(last) = self.memory.group(&f.key).memory.last_decision else {
+            return reason("fresh_reports", true, "no earlier decision");
+        };
+        let intervals = self.facts.stale_intervals;
+        let old: Vec<&NodeEntry> = self
+            .facts
+            .fleet
+            .in_group(&f.key)
+            .filter(|e| e.is_fresh(now, intervals) && e.received <= last)
+            .collect();
+        reason(
+            "fresh_reports",
+            old.is_empty(),
+            if old.is_empty() {
+                format!(
+                    "every node reported since the last decision {} ago",
+                    ago(now - last)
+                )
+            } else {
+                format!(
+                    "waiting for {} node(s) to report after the last decision {} ago",
+                    old.len(),
+                    ago(now - last)
+                )
+            },
+        )
+    }
+}
