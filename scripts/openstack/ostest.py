@@ -33,6 +33,7 @@ def short(text):
     """Shortens tokens, signatures and secrets in a transcript line."""
     text = re.sub(r"gAAAAA[A-Za-z0-9_\-=]{20,}", "gAAAAA<token>", text)
     text = re.sub(r"(Signature=)[A-Za-z0-9%+/=]+", r"\1<sig>", text)
+    text = re.sub(r'("(?:password|secret)": )"[^"]*"', r'\1"<redacted>"', text)
     return text
 
 
