@@ -156,9 +156,17 @@ class Cloud:
         return self.endpoint("orchestration") + "/" + path.lstrip("/")
 
     def create_stack(self, name, template, parameters=None, record=False):
-        r = self.raw("POST", self.heat("stacks"), {
-            "stack_name": name, "template": template, "parameters": parameters or {},
-            "disable_rollback": True, "timeout_mins": 10}, record=record)
+        # Heat 27's engine once answered 500 (RemoteError: identity:create_trust
+        # "requires a scope of ['project'], request was made with domain scope")
+        # right after another stack's delete: retried, and noted in the doc.
+        for attempt in range(3):
+            r = self.raw("POST", self.heat("stacks"), {
+                "stack_name": name, "template": template, "parameters": parameters or {},
+                "disable_rollback": True, "timeout_mins": 10}, record=record)
+            if r.status_code != 500:
+                break
+            print("create_stack: 500 %s; retrying" % r.text[:200], file=sys.stderr)
+            time.sleep(2)
         if r.status_code != 201:
             raise RuntimeError("stack create: %d %s" % (r.status_code, r.text[:500]))
         return "%s/%s" % (name, r.json()["stack"]["id"])

@@ -10,6 +10,7 @@ Scenarios (each on its own stack of templates/groups.yaml, deleted afterwards):
   busy        a signal while the group scales, at max_size, at min_size, in cooldown
   patch_busy  a stack PATCH while the stack is UPDATE_IN_PROGRESS
   unhealthy   mark-unhealthy + scale-down signal, mark-unhealthy + PATCH {"parameters": {}}
+  asg_patch   a PATCH {"parameters": {}} after the ASG was resized by signals
   removal     ResourceGroup count-1 with removal_policies (list, string, physical id)
   replace     a parameter feeding every member's properties changes
   appcred     the same calls with a (restricted) application credential token
@@ -67,16 +68,32 @@ def settle(c, sid, timeout=120):
     return seen, "still in progress after %ds" % timeout
 
 
+def ev_line(e):
+    return "%s %s %s: %s" % (e.get("event_time"), e.get("resource_name"),
+                             e.get("resource_status"), e.get("resource_status_reason"))
+
+
+def watch(c, sid, secs):
+    """Polls every 0.2 s for `secs`; returns the distinct (status, reason) seen."""
+    seen = []
+    deadline = time.time() + secs
+    while time.time() < deadline:
+        s = c.stack(sid)
+        cur = (s["stack_status"], s["stack_status_reason"])
+        if not seen or seen[-1] != cur:
+            seen.append(cur)
+        time.sleep(0.2)
+    return seen
+
+
 def policy_events(c, sid, policy, since=0):
     ev = c.events(sid, policy)
-    return ["%s %s: %s" % (e["resource_action"], e["resource_status"],
-                           e.get("resource_status_reason")) for e in ev][since:]
+    return [ev_line(e) for e in ev][since:]
 
 
 def group_events(c, sid, group):
     ev = c.events(sid, group)
-    return ["%s %s: %s" % (e["resource_action"], e["resource_status"],
-                           e.get("resource_status_reason")) for e in ev]
+    return [ev_line(e) for e in ev]
 
 
 # ------------------------------------------------------------------ basics
@@ -172,6 +189,39 @@ def basics(c, t):
 
 # ------------------------------------------------------------------ alarm
 
+def settle_signal(c, t, sid, asg, policy, send, what, quiet=25):
+    """Sends one signal, then watches the policy's events and the ASG.
+
+    Heat handles a policy signal in an engine thread after answering 200,
+    and writes the policy's SIGNAL_COMPLETE event only after the resize
+    finished; an ignored signal (NoActionRequired) writes no event at all.
+    So: accepted = a new policy event within `quiet` seconds.
+    """
+    n_ev = len(c.events(sid, policy))
+    size0 = len(members(c, asg))
+    t.note(what)
+    t0 = time.time()
+    r = send()
+    new = []
+    while time.time() - t0 < quiet:
+        new = policy_events(c, sid, policy, n_ev)
+        if new:
+            break
+        time.sleep(0.3)
+    size1 = len(members(c, asg))
+    t.note("-> HTTP %d; %s after %.1f s; ASG %d -> %d members%s" % (
+        r.status_code, "accepted" if new else "IGNORED (no policy event)",
+        time.time() - t0, size0, size1,
+        ("; new policy event:\n\n```\n%s\n```" % "\n".join(new)) if new else ""))
+    return bool(new)
+
+
+def asg_metadata(c, t, sid, what):
+    r = c.raw("GET", c.heat("stacks/%s/resources/asg/metadata" % sid), record=False)
+    t.note("%s: `GET stacks/{sid}/resources/asg/metadata` -> %d `%s`" % (
+        what, r.status_code, r.text.strip()))
+
+
 def alarm(c, t):
     sid = new_stack(c, "gs-alarm", asg_max=20, asg_desired=1)
     try:
@@ -185,73 +235,45 @@ def alarm(c, t):
         t.note("Path `%s` (decoded: `%s`); query keys in order: `%s`" % (
             u.path, unquote(u.path), [k for k, _ in parse_qsl(u.query)]))
         t.note("signal_url (scale_up): `%s`" % outs["scale_up_signal_url"])
-
-        def scaled(before, what):
-            s, seen = wait_nested(c, asg, before)
-            t.note("%s: ASG nested stack went %s; members: %s" % (what, seen, fmt(members(c, asg))))
-
-        t.note("POST alarm_url, no body, no token:")
-        before = c.stack(asg)["updated_time"]
-        c.raw("POST", url, token=False)
-        scaled(before, "after the alarm_url POST")
-        t.note("Tampered signature, missing Signature, GET instead of POST, and with a "
-               "(valid) X-Auth-Token added:")
-        bad = url.replace("Signature=", "Signature=AAAA")
-        c.raw("POST", bad, token=False)
-        nosig = "&".join(p for p in url.split("&") if not p.startswith("Signature="))
-        c.raw("POST", nosig, token=False)
-        c.raw("GET", url, token=False)
-        r = c.raw("POST", url, token=True)
-        if r.status_code == 200:
-            before = c.stack(asg)["updated_time"]
-            scaled(None, "after the POST with a token")
-        t.note("Unsigned path without a query at all:")
+        sig = lambda body=None, **kw: (lambda: c.raw("POST", url, body, token=False, **kw))
+        settle_signal(c, t, sid, asg, "scale_up", sig(), "POST alarm_url, no body, no token:")
+        t.note("Refusals: tampered signature, missing Signature, no query at all, GET instead "
+               "of POST:")
+        c.raw("POST", url.replace("Signature=", "Signature=AAAA"), token=False)
+        c.raw("POST", "&".join(p for p in url.split("&") if not p.startswith("Signature=")),
+              token=False)
         c.raw("POST", url.split("?")[0], token=False)
-
-        t.note("signal_url: without a token, then with the user's token and gearshift's "
-               "bodies. Events of the policy after each (GET stacks/{sid}/resources/scale_up/events):")
+        c.raw("GET", url, token=False)
+        settle_signal(c, t, sid, asg, "scale_up", lambda: c.raw("POST", url, token=True),
+                      "POST alarm_url with a valid X-Auth-Token added:")
+        settle_signal(c, t, sid, asg, "scale_up",
+                      sig({"reason": "gearshift d1: scale up small (op 43)"}),
+                      "POST alarm_url with the handler's JSON body `{\"reason\"}`:")
         surl = outs["scale_up_signal_url"]
+        t.note("signal_url without a token:")
         c.raw("POST", surl, {"reason": "x"}, token=False)
         bodies = [
-            ("no body (node agent's scale_up/scale_down alarm_url form)", None),
-            ("handler's {\"reason\"}", {"reason": "gearshift d1: scale up small (op 42)"}),
-            ("node agent's {\"host\", \"reason\"}", {"host": "node-1.example.com",
-                                                     "reason": "gearshift: scale up"}),
+            ("no body", None),
+            ("the handler's {\"reason\"}", {"reason": "gearshift d1: scale up small (op 42)"}),
+            ("the node agent's {\"host\", \"reason\"}", {"host": "node-1.example.com",
+                                                         "reason": "gearshift: scale up"}),
+            ("a JSON string", "gearshift d1: scale up small (op 45)"),
             ("Aodh-shaped", {"alarm_id": "a1", "current": "alarm", "previous": "ok",
                              "reason": "gear usage above 80%", "reason_data": {}}),
-            ("Aodh-shaped, current=ok", {"alarm_id": "a1", "current": "ok", "previous": "alarm",
-                                         "reason": "back to normal", "reason_data": {}}),
+            ("Aodh-shaped with current=ok", {"alarm_id": "a1", "current": "ok",
+                                             "previous": "alarm", "reason": "back to normal",
+                                             "reason_data": {}}),
         ]
-        n = len(c.events(sid, "scale_up"))
         for what, body in bodies:
-            before = c.stack(asg)["updated_time"]
-            t.note("signal_url with %s:" % what)
-            if body is None:
-                r = c.raw("POST", surl)
-            else:
-                r = c.raw("POST", surl, body)
-            try:
-                wait_nested(c, asg, before, timeout=30)
-            except RuntimeError as e:
-                t.note("(no ASG update: %s)" % e)
-            ev = policy_events(c, sid, "scale_up", n)
-            n += len(ev)
-            t.note("New policy events:\n\n```\n%s\n```\nMembers: %s"
-                   % ("\n".join(ev), len(members(c, asg))))
-        t.note("alarm_url POST with a JSON body (the handler's `{\"reason\"}`), then its events:")
-        before = c.stack(asg)["updated_time"]
-        c.raw("POST", url, {"reason": "gearshift d1: scale up small (op 43)"}, token=False)
-        wait_nested(c, asg, before, timeout=30)
-        t.note("```\n%s\n```" % "\n".join(policy_events(c, sid, "scale_up", n)))
-        t.note("Native signal API of the policy (`POST stacks/{sid}/resources/scale_up/signal`):")
-        before = c.stack(asg)["updated_time"]
-        n = len(c.events(sid, "scale_up"))
-        c.raw("POST", c.heat("stacks/%s/resources/scale_up/signal" % sid),
-              {"reason": "gearshift d1: scale up small (op 44)"})
-        wait_nested(c, asg, before, timeout=30)
-        t.note("```\n%s\n```" % "\n".join(policy_events(c, sid, "scale_up", n)))
-        t.note("ASG group events (GET stacks/{sid}/resources/asg/events):\n\n```\n%s\n```"
-               % "\n".join(group_events(c, sid, "asg")))
+            send = (lambda b=body: c.raw("POST", surl)) if body is None else \
+                (lambda b=body: c.raw("POST", surl, b))
+            settle_signal(c, t, sid, asg, "scale_up", send,
+                          "signal_url with the user's token and %s:" % what)
+        asg_metadata(c, t, sid, "Group metadata when idle")
+        t.note("All policy events (`GET stacks/{sid}/resources/scale_up/events`):")
+        c.raw("GET", c.heat("stacks/%s/resources/scale_up/events?sort_dir=asc" % sid))
+        t.note("ASG resource events (`GET stacks/{sid}/resources/asg/events`): %s"
+               % group_events(c, sid, "asg"))
     finally:
         c.delete_stack(sid)
 
@@ -263,57 +285,68 @@ def busy(c, t):
     try:
         asg = c.nested(sid, "asg")
         surl = c.heat("stacks/%s/resources/scale_up/signal" % sid)
-        t.note("ASG of 1 (max 3), each member's create takes 6 s. Two scale-up signals 1 s "
-               "apart:")
-        before = c.stack(asg)["updated_time"]
+        up = lambda why: (lambda: c.raw("POST", surl, {"reason": why}))
+        t.note("ASG of 1 (max 3), each member's create takes 6 s. Signal 1, then signal 2 one "
+               "second later (while the first one scales):")
+        n_ev = len(c.events(sid, "scale_up"))
         c.raw("POST", surl, {"reason": "first"})
-        time.sleep(1)
-        st = c.stack(asg)
-        t.note("Nested stack during the scaling: %s; top stack: %s" % (
-            st["stack_status"], c.stack(sid)["stack_status"]))
-        c.raw("POST", surl, {"reason": "second, while scaling"})
-        wait_nested(c, asg, before)
-        time.sleep(2)
-        t.note("Members after both: %s" % fmt(members(c, asg)))
-        t.note("Policy events:\n\n```\n%s\n```" % "\n".join(policy_events(c, sid, "scale_up")))
-        t.note("Scale up to max (3), then one more signal at max_size:")
+        trace = []
+        t0 = time.time()
+        sent2 = False
+        while time.time() - t0 < 40:
+            st = c.stack(asg)["stack_status"]
+            md = c.raw("GET", c.heat("stacks/%s/resources/asg/metadata" % sid),
+                       record=False).json().get("metadata", {})
+            cur = (st, md.get("scaling_in_progress"), len(policy_events(c, sid, "scale_up", n_ev)))
+            if not trace or trace[-1][1:] != cur:
+                trace.append(("%.1fs" % (time.time() - t0),) + cur)
+            if not sent2 and time.time() - t0 > 1:
+                c.raw("POST", surl, {"reason": "second, while scaling"})
+                sent2 = True
+            if cur[2] >= 1 and time.time() - t0 > 15:
+                break
+            time.sleep(0.2)
+        t.note("(time, ASG nested status, metadata.scaling_in_progress, new policy events) as "
+               "they changed: %s" % trace)
+        t.note("Members after both: %s; policy events: %s"
+               % (fmt(members(c, asg)), policy_events(c, sid, "scale_up", n_ev)))
+        t.note("A signal sent the moment the nested stack reports UPDATE_COMPLETE:")
         before = c.stack(asg)["updated_time"]
-        c.raw("POST", surl, {"reason": "to max"}, record=False)
-        wait_nested(c, asg, before)
-        n = len(c.events(sid, "scale_up"))
-        c.raw("POST", surl, {"reason": "at max_size"})
+        c.raw("POST", surl, {"reason": "third"}, record=False)
+        wait_nested(c, asg, before, timeout=60)
+        asg_metadata(c, t, sid, "Right after the nested stack's UPDATE_COMPLETE")
+        settle_signal(c, t, sid, asg, "scale_up", up("right after UPDATE_COMPLETE"),
+                      "signal now:", quiet=15)
         time.sleep(3)
-        t.note("Members: %s; nested stack %s" % (len(members(c, asg)), c.stack(asg)["stack_status"]))
-        t.note("Policy events:\n\n```\n%s\n```" % "\n".join(policy_events(c, sid, "scale_up", n)))
-        t.note("The same through the pre-signed alarm_url at max_size:")
-        n = len(c.events(sid, "scale_up"))
-        c.raw("POST", c.outputs(sid)["scale_up_alarm_url"], token=False)
-        time.sleep(3)
-        t.note("Policy events:\n\n```\n%s\n```" % "\n".join(policy_events(c, sid, "scale_up", n)))
+        t.note("Members now %d (max 3). A scale-up signal at max_size:" % len(members(c, asg)))
+        settle_signal(c, t, sid, asg, "scale_up", up("at max_size"), "signal at max:", quiet=10)
+        settle_signal(c, t, sid, asg, "scale_up",
+                      lambda: c.raw("POST", c.outputs(sid)["scale_up_alarm_url"], token=False),
+                      "the pre-signed alarm_url at max:", quiet=10)
+        asg_metadata(c, t, sid, "Group metadata now")
     finally:
         c.delete_stack(sid)
-    sid = new_stack(c, "gs-cooldown", asg_max=5, asg_desired=1, cooldown=300)
+    sid = new_stack(c, "gs-cooldown", asg_max=5, asg_desired=2, cooldown=300)
     try:
         asg = c.nested(sid, "asg")
-        surl = c.heat("stacks/%s/resources/scale_up/signal" % sid)
-        t.note("Policy cooldown 300 s: a scale-up, then a second one after it completed:")
-        before = c.stack(asg)["updated_time"]
-        c.raw("POST", surl, {"reason": "first"})
-        wait_nested(c, asg, before)
-        c.raw("POST", surl, {"reason": "in cooldown"})
-        time.sleep(3)
-        t.note("Members: %s" % len(members(c, asg)))
-        t.note("Policy events:\n\n```\n%s\n```" % "\n".join(policy_events(c, sid, "scale_up")))
-        t.note("At min_size (1 member left after a scale-down? no: 2 now) - scale_down twice "
-               "(cooldown applies to scale_down separately):")
-        sd = c.heat("stacks/%s/resources/scale_down/signal" % sid)
-        before = c.stack(asg)["updated_time"]
-        c.raw("POST", sd, {"reason": "down"})
-        wait_nested(c, asg, before)
-        c.raw("POST", sd, {"reason": "down again (cooldown and min_size)"})
-        time.sleep(3)
-        t.note("Members: %s" % len(members(c, asg)))
-        t.note("scale_down events:\n\n```\n%s\n```" % "\n".join(policy_events(c, sid, "scale_down")))
+        up = lambda why: (lambda: c.raw("POST", c.heat(
+            "stacks/%s/resources/scale_up/signal" % sid), {"reason": why}))
+        down = lambda why: (lambda: c.raw("POST", c.heat(
+            "stacks/%s/resources/scale_down/signal" % sid), {"reason": why}))
+        t.note("Policies with cooldown 300 s, ASG of 2 (min 1):")
+        settle_signal(c, t, sid, asg, "scale_up", up("first"), "scale_up:")
+        asg_metadata(c, t, sid, "After it")
+        settle_signal(c, t, sid, asg, "scale_up", up("in cooldown"), "scale_up again:", quiet=10)
+        settle_signal(c, t, sid, asg, "scale_down", down("other policy, group in cooldown"),
+                      "scale_down (the other policy) during the group's cooldown:", quiet=10)
+    finally:
+        c.delete_stack(sid)
+    sid = new_stack(c, "gs-minsize", asg_max=5, asg_desired=1)
+    try:
+        asg = c.nested(sid, "asg")
+        settle_signal(c, t, sid, asg, "scale_down", lambda: c.raw("POST", c.heat(
+            "stacks/%s/resources/scale_down/signal" % sid), {"reason": "at min"}),
+            "scale_down at min_size (1):", quiet=10)
     finally:
         c.delete_stack(sid)
 
@@ -334,41 +367,34 @@ def patch_busy(c, t):
         t.note("While updating: stack_status %s, parameters.count %r" % (
             st["stack_status"], st["parameters"]["count"]))
         c.raw("PATCH", c.heat("stacks/" + sid), {"parameters": {"count": 3}})
-        seen = []
-        deadline = time.time() + 120
-        while time.time() < deadline:
-            s = c.stack(sid)
-            if not seen or seen[-1] != s["stack_status"]:
-                seen.append(s["stack_status"])
-            if s["stack_status"] in ("UPDATE_COMPLETE", "UPDATE_FAILED") and len(seen) > 1:
-                break
-            time.sleep(0.5)
-        time.sleep(8)
+        seen = watch(c, sid, 40)
         s = c.stack(sid)
-        t.note("Statuses seen: %s; final %s (%s); count %r; members: %s" % (
-            seen, s["stack_status"], s["stack_status_reason"], s["parameters"]["count"],
-            fmt(members(c, rg))))
+        t.note("(status, reason) seen every 0.2 s for 40 s: %s; count %r; members: %s" % (
+            seen, s["parameters"]["count"], fmt(members(c, rg))))
         t.note("The same race as gearshift's count mode runs it: two clients read count=3, "
                "each PATCHes count+1=4 while the other's update runs:")
         c.raw("PATCH", c.heat("stacks/" + sid), {"parameters": {"count": 4}})
         time.sleep(1)
         c.raw("PATCH", c.heat("stacks/" + sid), {"parameters": {"count": 4}})
-        c.wait_stack(sid, want=("UPDATE_COMPLETE",), timeout=120)
-        time.sleep(8)
+        seen = watch(c, sid, 40)
         s = c.stack(sid)
-        t.note("Final %s, count %r, members: %s (one node asked twice, one added)" % (
-            s["stack_status"], s["parameters"]["count"], fmt(members(c, rg))))
+        t.note("Statuses seen: %s. Final %s, count %r, members: %s (two scale-ups asked, "
+               "one member added)" % (seen, s["stack_status"], s["parameters"]["count"],
+                                      fmt(members(c, rg))))
         t.note("A stack PATCH while the ASG's nested stack is scaling from a signal:")
         asg = c.nested(sid, "asg")
         before = c.stack(asg)["updated_time"]
+        n0 = len(members(c, asg))
         c.raw("POST", c.heat("stacks/%s/resources/scale_up/signal" % sid), {"reason": "up"})
-        time.sleep(1)
-        t.note("ASG nested: %s, top: %s" % (c.stack(asg)["stack_status"],
-                                            c.stack(sid)["stack_status"]))
+        t0 = time.time()
+        while time.time() - t0 < 10 and c.stack(asg)["stack_status"] != "UPDATE_IN_PROGRESS":
+            time.sleep(0.1)
+        t.note("%.1f s after the signal: ASG nested %s, top %s (ASG had %d members)" % (
+            time.time() - t0, c.stack(asg)["stack_status"], c.stack(sid)["stack_status"], n0))
         c.raw("PATCH", c.heat("stacks/" + sid), {"parameters": {}})
-        c.wait_stack(sid, want=("UPDATE_COMPLETE",), timeout=120)
-        time.sleep(8)
-        t.note("Top %s; ASG members: %s" % (c.stack(sid)["stack_status"], fmt(members(c, asg))))
+        seen = watch(c, sid, 30)
+        t.note("Top stack seen: %s; ASG nested now %s; ASG members: %s" % (
+            seen, c.stack(asg)["stack_status"], fmt(members(c, asg))))
     finally:
         c.delete_stack(sid, wait=120)
 
@@ -435,6 +461,54 @@ def unhealthy(c, t):
         c.delete_stack(sid)
 
 
+def asg_patch(c, t):
+    sid = new_stack(c, "gs-asgpatch", asg_max=5, asg_desired=1)
+    try:
+        asg = c.nested(sid, "asg")
+        surl = c.heat("stacks/%s/resources/scale_up/signal" % sid)
+        for i in range(2):
+            before = c.stack(asg)["updated_time"]
+            c.raw("POST", surl, {"reason": "up %d" % i}, record=False)
+            wait_nested(c, asg, before)
+        ms = members(c, asg)
+        t.note("ASG created with desired_capacity 1, grown to %d by two scale-up signals: %s"
+               % (len(ms), fmt(ms)))
+        before = c.stack(sid)["updated_time"]
+        c.raw("PATCH", c.heat("stacks/" + sid), {"parameters": {}})
+        s, seen = c.wait_stack(sid, want=("UPDATE_COMPLETE",), after=before)
+        t.note("After PATCH {\"parameters\": {}}: %s; members %s" % (seen, fmt(members(c, asg))))
+        ms = members(c, asg)
+        if len(ms) >= 2:
+            victim = ms[-1][0]
+            c.raw("PATCH", c.heat("stacks/%s/resources/%s" % (asg, victim)),
+                  {"mark_unhealthy": True, "resource_status_reason": "gearshift: drained"},
+                  record=False)
+            before = c.stack(sid)["updated_time"]
+            c.raw("PATCH", c.heat("stacks/" + sid), {"parameters": {}}, record=False)
+            s, seen = c.wait_stack(sid, want=("UPDATE_COMPLETE",), after=before)
+            t.note("Marked `%s` unhealthy, then PATCH {\"parameters\": {}}: members %s"
+                   % (victim, fmt(members(c, asg))))
+        t.note("Scale-down signal now, then PATCH {\"parameters\": {\"asg_desired\": N}} with "
+               "N = current size - 1 after marking the newest member:")
+        before = c.stack(asg)["updated_time"]
+        c.raw("POST", c.heat("stacks/%s/resources/scale_down/signal" % sid), {"reason": "down"},
+              record=False)
+        wait_nested(c, asg, before)
+        t.note("After the scale-down signal: %s" % fmt(members(c, asg)))
+        ms = members(c, asg)
+        victim = ms[-1][0]
+        c.raw("PATCH", c.heat("stacks/%s/resources/%s" % (asg, victim)),
+              {"mark_unhealthy": True, "resource_status_reason": "gearshift: drained"},
+              record=False)
+        before = c.stack(sid)["updated_time"]
+        c.raw("PATCH", c.heat("stacks/" + sid), {"parameters": {"asg_desired": len(ms) - 1}})
+        s, seen = c.wait_stack(sid, want=("UPDATE_COMPLETE",), after=before)
+        t.note("Marked `%s`, desired %d -> members %s" % (victim, len(ms) - 1,
+                                                          fmt(members(c, asg))))
+    finally:
+        c.delete_stack(sid)
+
+
 # ------------------------------------------------------------------ removal
 
 def removal(c, t):
@@ -497,7 +571,7 @@ def replace(c, t):
                    % ([(n, p) for n, p, _ in b_rg], [(n, p) for n, p, _ in a_rg],
                       [n for n, p, _ in b_rg if dict((x, y) for x, y, _ in a_rg).get(n) != p]))
             t.note("AutoScalingGroup before %s -> after %s"
-                   % ([n for n, _, _ in b_asg], [n for n, _, _ in a_asg]))
+                   % ([(n, p) for n, p, _ in b_asg], [(n, p) for n, p, _ in a_asg]))
         finally:
             c.delete_stack(sid)
 
@@ -545,7 +619,8 @@ def appcred(c, t):
 
 
 SCENARIOS = {"basics": basics, "alarm": alarm, "busy": busy, "patch_busy": patch_busy,
-             "unhealthy": unhealthy, "removal": removal, "replace": replace, "appcred": appcred}
+             "unhealthy": unhealthy, "asg_patch": asg_patch,
+             "removal": removal, "replace": replace, "appcred": appcred}
 
 
 def main():
