@@ -43,6 +43,10 @@ def fmt(ms):
     return ", ".join("%s(%s)" % (n, s) for n, _, s in ms)
 
 
+def fmtp(ms):
+    return ", ".join("%s[%s](%s)" % (n, p.rsplit("-", 1)[-1], s) for n, p, s in ms)
+
+
 def new_stack(c, prefix, **params):
     sid = c.create_stack(ostest.unique(prefix), TEMPLATE, params)
     c.wait_stack(sid, timeout=180)
@@ -428,8 +432,11 @@ def unhealthy(c, t):
             old = {n for n, _, _ in ms}
             kept = [n for n, _, _ in after if n in old]
             new = [n for n, _, _ in after if n not in old]
-            t.note("Statuses seen: %s. Members after: %s -> kept %s, new %s, gone %s"
-                   % (seen, fmt(after), kept, new, sorted(old - set(kept))))
+            oldp = {n: p for n, p, _ in ms}
+            replaced = [n for n, p, _ in after if n in oldp and oldp[n] != p]
+            t.note("Statuses seen: %s. Members after: %s -> kept %s (replaced in place, new "
+                   "physical id: %s), new %s, gone %s"
+                   % (seen, fmt(after), kept, replaced, new, sorted(old - set(kept))))
             t.note("ASG events:\n\n```\n%s\n```" % "\n".join(group_events(c, sid, "asg")))
         finally:
             c.delete_stack(sid)
@@ -461,50 +468,45 @@ def unhealthy(c, t):
         c.delete_stack(sid)
 
 
+NO_DESIRED = TEMPLATE.replace("      desired_capacity: {get_param: asg_desired}\n", "")
+assert NO_DESIRED != TEMPLATE
+
+
 def asg_patch(c, t):
-    sid = new_stack(c, "gs-asgpatch", asg_max=5, asg_desired=1)
+    t.note("### ASG with desired_capacity set (1)")
+    asg_patch_one(c, t, TEMPLATE)
+    t.note("### ASG without desired_capacity (as docs/heat/gearshift-autoscaling.yaml)")
+    asg_patch_one(c, t, NO_DESIRED)
+
+
+def asg_patch_one(c, t, template):
+    sid = c.create_stack(ostest.unique("gs-asgpatch"), template, {"asg_max": 5, "asg_desired": 1})
+    c.wait_stack(sid, timeout=180)
     try:
         asg = c.nested(sid, "asg")
         surl = c.heat("stacks/%s/resources/scale_up/signal" % sid)
-        for i in range(2):
-            before = c.stack(asg)["updated_time"]
-            c.raw("POST", surl, {"reason": "up %d" % i}, record=False)
-            wait_nested(c, asg, before)
+        for i in range(3 - len(members(c, asg))):
+            settle_signal(c, t, sid, asg, "scale_up",
+                          lambda: c.raw("POST", surl, {"reason": "up"}, record=False),
+                          "scale_up signal %d:" % (i + 1))
         ms = members(c, asg)
-        t.note("ASG created with desired_capacity 1, grown to %d by two scale-up signals: %s"
-               % (len(ms), fmt(ms)))
+        t.note("ASG grown to %d by scale-up signals: %s" % (len(ms), fmtp(ms)))
         before = c.stack(sid)["updated_time"]
         c.raw("PATCH", c.heat("stacks/" + sid), {"parameters": {}})
         s, seen = c.wait_stack(sid, want=("UPDATE_COMPLETE",), after=before)
-        t.note("After PATCH {\"parameters\": {}}: %s; members %s" % (seen, fmt(members(c, asg))))
         ms = members(c, asg)
-        if len(ms) >= 2:
-            victim = ms[-1][0]
-            c.raw("PATCH", c.heat("stacks/%s/resources/%s" % (asg, victim)),
-                  {"mark_unhealthy": True, "resource_status_reason": "gearshift: drained"},
-                  record=False)
-            before = c.stack(sid)["updated_time"]
-            c.raw("PATCH", c.heat("stacks/" + sid), {"parameters": {}}, record=False)
-            s, seen = c.wait_stack(sid, want=("UPDATE_COMPLETE",), after=before)
-            t.note("Marked `%s` unhealthy, then PATCH {\"parameters\": {}}: members %s"
-                   % (victim, fmt(members(c, asg))))
-        t.note("Scale-down signal now, then PATCH {\"parameters\": {\"asg_desired\": N}} with "
-               "N = current size - 1 after marking the newest member:")
-        before = c.stack(asg)["updated_time"]
-        c.raw("POST", c.heat("stacks/%s/resources/scale_down/signal" % sid), {"reason": "down"},
-              record=False)
-        wait_nested(c, asg, before)
-        t.note("After the scale-down signal: %s" % fmt(members(c, asg)))
-        ms = members(c, asg)
-        victim = ms[-1][0]
-        c.raw("PATCH", c.heat("stacks/%s/resources/%s" % (asg, victim)),
+        t.note("After PATCH {\"parameters\": {}}: %s; members %s" % (seen, fmtp(ms)))
+        if len(ms) < 3:
+            return
+        victim = ms[1]
+        c.raw("PATCH", c.heat("stacks/%s/resources/%s" % (asg, victim[0])),
               {"mark_unhealthy": True, "resource_status_reason": "gearshift: drained"},
               record=False)
         before = c.stack(sid)["updated_time"]
-        c.raw("PATCH", c.heat("stacks/" + sid), {"parameters": {"asg_desired": len(ms) - 1}})
+        c.raw("PATCH", c.heat("stacks/" + sid), {"parameters": {}}, record=False)
         s, seen = c.wait_stack(sid, want=("UPDATE_COMPLETE",), after=before)
-        t.note("Marked `%s`, desired %d -> members %s" % (victim, len(ms) - 1,
-                                                          fmt(members(c, asg))))
+        t.note("Marked the middle member `%s` unhealthy, then PATCH {\"parameters\": {}}: "
+               "members %s" % (victim[0], fmtp(members(c, asg))))
     finally:
         c.delete_stack(sid)
 
