@@ -155,14 +155,15 @@ class Cloud:
     def heat(self, path):
         return self.endpoint("orchestration") + "/" + path.lstrip("/")
 
-    def create_stack(self, name, template, parameters=None, record=False):
+    def create_stack(self, name, template, parameters=None, record=False, files=None):
         # Heat 27's engine once answered 500 (RemoteError: identity:create_trust
         # "requires a scope of ['project'], request was made with domain scope")
         # right after another stack's delete: retried, and noted in the doc.
         for attempt in range(3):
             r = self.raw("POST", self.heat("stacks"), {
                 "stack_name": name, "template": template, "parameters": parameters or {},
-                "disable_rollback": True, "timeout_mins": 10}, record=record)
+                "disable_rollback": True, "timeout_mins": 10, "files": files or {}},
+                record=record)
             if r.status_code != 500:
                 break
             print("create_stack: 500 %s; retrying" % r.text[:200], file=sys.stderr)

@@ -11,6 +11,7 @@ Scenarios (each on its own stack of templates/groups.yaml, deleted afterwards):
   patch_busy  a stack PATCH while the stack is UPDATE_IN_PROGRESS
   unhealthy   mark-unhealthy + scale-down signal, mark-unhealthy + PATCH {"parameters": {}}
   asg_patch   a PATCH {"parameters": {}} after the ASG was resized by signals
+  member_template  members that are nested templates (the server one level deeper)
   removal     ResourceGroup count-1 with removal_policies (list, string, physical id)
   replace     a parameter feeding every member's properties changes
   appcred     the same calls with a (restricted) application credential token
@@ -511,6 +512,60 @@ def asg_patch_one(c, t, template):
         c.delete_stack(sid)
 
 
+MEMBER_TOP = """heat_template_version: 2018-08-31
+parameters:
+  count: {type: number, default: 2}
+resources:
+  group:
+    type: OS::Heat::ResourceGroup
+    properties:
+      count: {get_param: count}
+      resource_def:
+        type: member.yaml
+        properties: {index: "%index%"}
+"""
+MEMBER = """heat_template_version: 2018-08-31
+parameters:
+  index: {type: string}
+resources:
+  server:
+    type: OS::Heat::TestResource
+    properties:
+      value: {list_join: ["", ["node-", {get_param: index}, ".example.com"]]}
+"""
+
+
+def member_template(c, t):
+    """Members that are nested templates holding the server (nested_depth=2)."""
+    sid = c.create_stack(ostest.unique("gs-membertpl"), MEMBER_TOP, files={"member.yaml": MEMBER})
+    c.wait_stack(sid, timeout=180)
+    try:
+        t.note("ResourceGroup whose members are a provider template `member.yaml` holding one "
+               "TestResource `server`. `GET stacks/{top}/resources?nested_depth=2`:")
+        deep = c.resources(sid, 2)
+        t.note("```\n" + "\n".join("%s %s physical=%s parent_resource=%s stack=%s" % (
+            r["resource_name"], r["resource_type"], r["physical_resource_id"],
+            r.get("parent_resource"),
+            next(l["href"] for l in r["links"] if l["rel"] == "stack").split("/stacks/")[1])
+            for r in deep) + "\n```")
+        server = next(r for r in deep if r["resource_name"] == "server")
+        member = server["parent_resource"]
+        owner = next(r for r in deep if r["resource_name"] == member
+                     and r.get("parent_resource") == "group")
+        link = next(l["href"] for l in owner["links"] if l["rel"] == "stack")
+        t.note("The server `%s` has parent_resource `%s`; the group member `%s` (type `%s`) "
+               "lives in `%s`: gearshift's lookup (server -> its parent member -> the member "
+               "whose parent_resource is the group) finds it." % (
+                   server["physical_resource_id"], member, owner["resource_name"],
+                   owner["resource_type"], link.split("/stacks/")[1]))
+        nested = "/".join(link.rstrip("/").split("/")[-2:])
+        c.raw("PATCH", c.heat("stacks/%s/resources/%s" % (nested, member)),
+              {"mark_unhealthy": True, "resource_status_reason": "gearshift: drained"})
+        t.note("Members now: %s" % fmt(members(c, nested)))
+    finally:
+        c.delete_stack(sid)
+
+
 # ------------------------------------------------------------------ removal
 
 def removal(c, t):
@@ -622,6 +677,7 @@ def appcred(c, t):
 
 SCENARIOS = {"basics": basics, "alarm": alarm, "busy": busy, "patch_busy": patch_busy,
              "unhealthy": unhealthy, "asg_patch": asg_patch,
+             "member_template": member_template,
              "removal": removal, "replace": replace, "appcred": appcred}
 
 
