@@ -42,7 +42,7 @@ pub mod spool;
 
 use std::sync::Arc;
 
-pub use config::{ConfigError, HandlerConfig};
+pub use config::{HandlerConfig, Invalid};
 
 /// A node group: one (district, profile).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -314,7 +314,7 @@ impl HandlerContext {
 pub enum BuildError {
     /// The configuration is invalid.
     #[error("invalid handler configuration: {0}")]
-    Invalid(ConfigError),
+    Invalid(Invalid),
     /// Something the handler needs is missing or unreadable (credentials,
     /// a password file, the bus or signing key for `heat-via-node`).
     #[error("{0}")]

@@ -183,6 +183,21 @@ pub struct PushReport {
     pub dry_run: Vec<String>,
 }
 
+impl PushReport {
+    /// The lines `push-stats` prints: the dry run's requests, then one
+    /// line per target pushed to.
+    pub fn lines(&self) -> Vec<String> {
+        let mut out = self.dry_run.clone();
+        out.extend(self.targets.iter().map(|t| {
+            format!(
+                "{}: {} samples pushed ({} attempts)",
+                t.target, t.samples, t.attempts
+            )
+        }));
+        out
+    }
+}
+
 /// Merges the options into a configuration (the `--config` file's section,
 /// or the defaults) and builds the samples.
 pub fn resolve(

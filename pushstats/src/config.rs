@@ -33,6 +33,7 @@ use gearshift_proto::msg::{GroupStats, NodeReport};
 use gearshift_service::config::{Invalid, duration};
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::cloudwatch::{
     CloudWatchClient, CloudWatchOptions, DEFAULT_MAX_PER_REQUEST, SIGNING_SERVICE,
@@ -536,22 +537,35 @@ impl PushStatsConfig {
         metrics: PushMetrics,
         cancel: CancellationToken,
     ) -> Result<Option<Pusher>, PushError> {
+        self.start_in(default_resource, metrics, cancel, &TaskTracker::new())
+    }
+
+    /// Like [`PushStatsConfig::start`], the pusher's tasks also tracked by
+    /// `tracker` (the agent's shutdown tree).
+    pub fn start_in(
+        &self,
+        default_resource: Option<&str>,
+        metrics: PushMetrics,
+        cancel: CancellationToken,
+        tracker: &TaskTracker,
+    ) -> Result<Option<Pusher>, PushError> {
         if !self.enabled {
             return Ok(None);
         }
         self.validate()
-            .map_err(|i| PushError::Config(format!("{}: {}", i.key, i.reason)))?;
+            .map_err(|i| PushError::Config(i.to_string()))?;
         let sinks = self.build_sinks(default_resource)?;
         tracing::info!(
             targets = ?sinks.iter().map(|s| s.target().to_string()).collect::<Vec<_>>(),
             interval = ?self.interval,
             "pushing capacity metrics for alarms (pull mode)"
         );
-        Ok(Some(Pusher::spawn(
+        Ok(Some(Pusher::spawn_in(
             self.pusher_options(),
             sinks,
             metrics,
             cancel,
+            tracker,
         )))
     }
 

@@ -147,6 +147,18 @@ impl Pusher {
         metrics: PushMetrics,
         cancel: CancellationToken,
     ) -> Pusher {
+        Self::spawn_in(opts, sinks, metrics, cancel, &TaskTracker::new())
+    }
+
+    /// Like [`Pusher::spawn`], each task also tracked by `parent` (the
+    /// agent's shutdown tree, which then waits for the pusher too).
+    pub fn spawn_in(
+        opts: PusherOptions,
+        sinks: Vec<Arc<dyn Sink>>,
+        metrics: PushMetrics,
+        cancel: CancellationToken,
+        parent: &TaskTracker,
+    ) -> Pusher {
         let capacity = opts.queue_capacity.max(1);
         let (figures, _) = watch::channel(None);
         let (events, _) = broadcast::channel(capacity);
@@ -163,7 +175,7 @@ impl Pusher {
                 queue: VecDeque::new(),
                 last_figures: None,
             };
-            tracker.spawn(worker.run());
+            tracker.spawn(parent.track_future(worker.run()));
         }
         tracker.close();
         Pusher {

@@ -15,6 +15,9 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod bootstrap;
+pub mod bus;
+pub mod check;
 pub mod config;
 pub mod http;
 pub mod keys;
@@ -23,4 +26,5 @@ pub mod logging;
 pub mod notify;
 pub mod ratelimit;
 pub mod refusals;
+pub mod sections;
 pub mod shutdown;
