@@ -118,6 +118,7 @@ impl HeatHandler {
             Some(url) => post_alarm_url(self.heat.session().http(), url, Some(&details)).await,
             None => self.heat.signal_resource(top, policy, Some(&details)).await,
         }
+        .map(drop)
         .map_err(to_handler_error)
     }
 

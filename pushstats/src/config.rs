@@ -238,14 +238,12 @@ impl GnocchiConfig {
     /// Keystone credentials: `cloud` in clouds.yaml, else `auth_env_file`,
     /// else the process's `OS_*` variables.
     pub fn credentials(&self) -> Result<gearshift_cloud::Credentials, PushError> {
-        let c = if let Some(cloud) = &self.cloud {
-            gearshift_cloud::Credentials::from_clouds_yaml(cloud, self.clouds_yaml.as_deref())
-        } else if let Some(f) = &self.auth_env_file {
-            gearshift_cloud::Credentials::from_env_file(f)
-        } else {
-            gearshift_cloud::Credentials::from_env()
-        };
-        c.map_err(|e| PushError::Config(format!("gnocchi credentials: {e}")))
+        gearshift_cloud::Credentials::load(gearshift_cloud::CredentialsFrom::first_of(
+            self.cloud.as_deref(),
+            self.clouds_yaml.as_deref(),
+            self.auth_env_file.as_deref(),
+        ))
+        .map_err(|e| PushError::Config(format!("gnocchi credentials: {e}")))
     }
 }
 
