@@ -24,7 +24,6 @@ use crate::cloudwatch::{encode_form, form_params};
 use crate::config::{CloudWatchConfig, GnocchiConfig, PushStatsConfig};
 use crate::error::PushError;
 use crate::gnocchi::plan;
-use crate::pusher::backoff;
 use crate::sample::{Sample, Unit};
 
 /// Largest report file read by `--from-report`.
@@ -395,7 +394,11 @@ pub async fn run_push_stats(args: &PushStatsArgs) -> Result<PushReport, PushErro
                     break;
                 }
                 Err(e) if e.is_retryable() && attempts < args.attempts => {
-                    let d = backoff(attempts, Duration::from_secs(1), Duration::from_secs(10));
+                    let d = gearshift_bus::backoff(
+                        attempts.saturating_sub(1),
+                        Duration::from_secs(1),
+                        Duration::from_secs(10),
+                    );
                     tracing::warn!(target = sink.target(), attempt = attempts, error = %e, retry_in = ?d, "push failed; retrying");
                     tokio::time::sleep(d).await;
                 }

@@ -224,15 +224,11 @@ struct Worker {
     last_figures: Figures,
 }
 
-/// The delay before attempt `attempts + 1`: `min × 2^(attempts-1)`, capped
-/// at `max`, then a random point in its upper half (jitter spreads the
-/// retries of many nodes after an outage).
-pub fn backoff(attempts: u32, min: Duration, max: Duration) -> Duration {
-    let exp = attempts.saturating_sub(1).min(20);
-    let d = min.saturating_mul(1u32 << exp).min(max);
-    let half = d / 2;
-    let jitter = rand::random_range(0..=half.as_millis() as u64);
-    half + Duration::from_millis(jitter)
+/// The delay before attempt `attempts + 1` (after `attempts` failed):
+/// the bus's reconnect backoff, exponential from `min` to `max` with
+/// jitter (which spreads the retries of many nodes after an outage).
+fn retry_delay(attempts: u32, min: Duration, max: Duration) -> Duration {
+    gearshift_bus::backoff(attempts.saturating_sub(1), min, max)
 }
 
 fn stamp(samples: &[Sample]) -> Vec<Sample> {
@@ -366,7 +362,7 @@ impl Worker {
             }
             Err(e) if e.is_retryable() && attempts < self.opts.max_attempts => {
                 self.metrics.failed(&self.target, FailureKind::Retryable);
-                let delay = backoff(attempts, self.opts.retry_min, self.opts.retry_max);
+                let delay = retry_delay(attempts, self.opts.retry_min, self.opts.retry_max);
                 tracing::warn!(target = %self.target, attempt = attempts, retry_in = ?delay, error = %e, "push failed; will retry");
                 if let Some(p) = self.queue.front_mut() {
                     p.not_before = Instant::now() + delay;
@@ -536,11 +532,12 @@ mod tests {
         settle().await;
         assert_eq!(h.metrics().failures_total("fake"), 1);
         assert!(sink.batches().is_empty());
-        // first retry after 0.5..1 s, second after 1..2 s
-        tokio::time::advance(Duration::from_secs(1)).await;
+        // The bus's backoff from retry_min (1 s): the first retry within
+        // 1..2 s, the second 2..4 s after it (jitter below a factor of two).
+        tokio::time::advance(Duration::from_secs(2)).await;
         settle().await;
         assert_eq!(h.metrics().failures_total("fake"), 2);
-        tokio::time::advance(Duration::from_secs(2)).await;
+        tokio::time::advance(Duration::from_secs(5)).await;
         settle().await;
         assert_eq!(sink.batches().len(), 1);
         assert_eq!(sink.batches()[0][0].name, "Heartbeat");
@@ -679,15 +676,19 @@ mod tests {
 
     #[test]
     fn backoff_grows_and_is_capped() {
+        // The bus's backoff; its jitter stays within a factor of two.
         let min = Duration::from_secs(1);
         let max = Duration::from_secs(60);
         for _ in 0..50 {
-            let d1 = backoff(1, min, max);
-            assert!(d1 >= Duration::from_millis(500) && d1 <= min);
-            let d3 = backoff(3, min, max);
-            assert!(d3 >= Duration::from_secs(2) && d3 <= Duration::from_secs(4));
-            let d30 = backoff(30, min, max);
-            assert!(d30 >= Duration::from_secs(30) && d30 <= max);
+            let d1 = retry_delay(1, min, max);
+            assert!(d1 >= Duration::from_millis(500) && d1 <= min * 2, "{d1:?}");
+            let d3 = retry_delay(3, min, max);
+            assert!(
+                d3 >= Duration::from_secs(2) && d3 <= Duration::from_secs(8),
+                "{d3:?}"
+            );
+            let d30 = retry_delay(30, min, max);
+            assert!(d30 >= Duration::from_secs(30) && d30 <= max, "{d30:?}");
         }
     }
 }
