@@ -10,6 +10,10 @@ use std::path::{Path, PathBuf};
 use serde::de::DeserializeOwned;
 use thiserror::Error;
 
+mod documented;
+
+pub use documented::Documented;
+
 /// Why a configuration could not be loaded. Every variant names the file
 /// and, where it can, the key.
 #[derive(Debug, Error)]

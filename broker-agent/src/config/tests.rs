@@ -101,3 +101,46 @@ fn shipped_config_is_valid() {
     assert_eq!(c.saga.remove_timeout, d.saga.remove_timeout);
     assert_eq!(c.policy.provision_timeout, d.policy.provision_timeout);
 }
+
+#[test]
+fn shipped_files_show_every_compiled_default() {
+    use gearshift_service::config::Documented;
+    let conf = Path::new(env!("CARGO_MANIFEST_DIR")).join("../conf");
+    let read = |f: &str| std::fs::read_to_string(conf.join(f)).unwrap();
+    // `[push_stats]` is shown in its own file; `[[groups]]` by a
+    // commented-out example.
+    let broker = Documented {
+        not_shown: &["push_stats", "groups"],
+        ..Documented::default()
+    };
+    let problems = broker.check(&read("broker.toml"), &BrokerConfig::defaults());
+    assert!(
+        problems.is_empty(),
+        "conf/broker.toml:\n{}",
+        problems.join("\n")
+    );
+    // The broker's pull-mode example: what it sets is an example or the
+    // default (conf/pushstats-node.toml shows every key).
+    let mut with_targets = BrokerConfig::defaults();
+    with_targets.push_stats.cloudwatch = Some(Default::default());
+    with_targets.push_stats.gnocchi = Some(Default::default());
+    let push = Documented {
+        under: Some("push_stats"),
+        not_shown: &["push_stats"],
+        examples: &[
+            "push_stats.enabled",
+            "push_stats.metrics",
+            "push_stats.group_dimensions",
+            "push_stats.cloudwatch.endpoint",
+            "push_stats.cloudwatch.credential_file",
+            "push_stats.gnocchi.cloud",
+            "push_stats.gnocchi.archive_policy",
+        ],
+    };
+    let problems = push.check(&read("pushstats-broker.toml"), &with_targets);
+    assert!(
+        problems.is_empty(),
+        "conf/pushstats-broker.toml:\n{}",
+        problems.join("\n")
+    );
+}

@@ -68,3 +68,48 @@ fn env_overrides() {
     assert_eq!(c.report.interval, Duration::from_secs(30));
     assert_eq!(c.evacuation.parallelism, 8);
 }
+
+#[test]
+fn shipped_files_show_every_compiled_default() {
+    use gearshift_service::config::Documented;
+    // `[push_stats]` is shown in its own file.
+    let node = Documented {
+        examples: &["node.booted_for_file"],
+        not_shown: &["push_stats"],
+        ..Documented::default()
+    };
+    let problems = node.check(
+        include_str!("../../../conf/node.toml"),
+        &NodeConfig::default(),
+    );
+    assert!(
+        problems.is_empty(),
+        "conf/node.toml:\n{}",
+        problems.join("\n")
+    );
+    let mut with_targets = NodeConfig::default();
+    with_targets.push_stats.cloudwatch = Some(Default::default());
+    with_targets.push_stats.gnocchi = Some(Default::default());
+    let push = Documented {
+        under: Some("push_stats"),
+        examples: &[
+            "push_stats.enabled",
+            "push_stats.metrics",
+            "push_stats.dimensions",
+            "push_stats.cloudwatch.endpoint",
+            "push_stats.gnocchi.auth_env_file",
+            "push_stats.gnocchi.archive_policy",
+        ],
+        // The broker agent's only.
+        not_shown: &["push_stats.group_resource_prefix"],
+    };
+    let problems = push.check(
+        include_str!("../../../conf/pushstats-node.toml"),
+        &with_targets,
+    );
+    assert!(
+        problems.is_empty(),
+        "conf/pushstats-node.toml:\n{}",
+        problems.join("\n")
+    );
+}
