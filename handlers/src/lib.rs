@@ -13,7 +13,9 @@
 //! - this file: the [`Handler`] trait and its request/answer types, the
 //!   [`HandlerError`] classes the sagas decide on, [`HandlerContext`] (what
 //!   the broker agent lends to handlers) and [`build`].
-//! - [`config`]: [`HandlerConfig`] (`type = "..."`) and `validate()`.
+//! - [`config`]: [`HandlerConfig`] (`type = "..."`) and `validate()`, with
+//!   the agents' one validation error, [`Invalid`]; the handlers on the
+//!   broker host (`config/local.rs`) and the OpenStack ones (`config/openstack.rs`).
 //! - one module per handler: [`log`], [`exec`], [`spool`], [`email`],
 //!   [`nova`], [`heat`], [`magnum`], [`heat_via_node`].
 //! - [`cloud`]: credentials to session, cloud errors to [`HandlerError`].

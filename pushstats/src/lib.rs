@@ -20,7 +20,8 @@
 //! - [`pusher`]: the background [`Pusher`] (interval, on-change with
 //!   debounce, bounded queue, retries with the bus's backoff) and its [`Sink`] trait.
 //! - [`metrics`]: the pusher's Prometheus counters, for the agents' `/metrics`.
-//! - [`config`]: the `[push_stats]` section the agents embed.
+//! - [`config`]: the `[push_stats]` section the agents embed (its targets,
+//!   checks and sample sets in `config/`).
 //! - [`cli`]: the `push-stats` subcommand (cfn-push-stats-style options).
 //! - [`error`]: [`PushError`], classified by `is_retryable()`.
 //!
