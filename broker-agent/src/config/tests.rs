@@ -144,3 +144,18 @@ fn shipped_files_show_every_compiled_default() {
         problems.join("\n")
     );
 }
+
+#[test]
+fn round_trips_through_toml() {
+    // The simulator and the tests write configurations with `to_toml`.
+    let mut c = BrokerConfig::defaults();
+    c.bus.reconnect_max = Duration::from_secs(5);
+    c.keys.trust = vec![TrustEntry {
+        role: gearshift_proto::Role::Client,
+        path: "/etc/gearshift/c.pub".into(),
+    }];
+    let text = c.to_toml().unwrap();
+    let back = load_str(&text).unwrap();
+    assert_eq!(back.bus, c.bus, "{text}");
+    assert_eq!(back.keys, c.keys, "{text}");
+}

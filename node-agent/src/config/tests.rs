@@ -113,3 +113,15 @@ fn shipped_files_show_every_compiled_default() {
         problems.join("\n")
     );
 }
+
+#[test]
+fn round_trips_through_toml() {
+    // The simulator and the tests write configurations with `toml::to_string`.
+    let mut c = NodeConfig::default();
+    c.bus.prefetch = 4;
+    c.bus.server_name = Some("mq".into());
+    c.keys.operator_keys = vec!["/etc/gearshift/op.pub".into()];
+    c.heat.stack_name = Some("s".into());
+    let text = toml::to_string(&c).unwrap();
+    assert_eq!(load(&text).unwrap(), c, "{text}");
+}

@@ -1,12 +1,11 @@
 //! `[bus]`: how an agent connects to the message bus.
 
-use std::ops::{Deref, DerefMut};
 use std::path::PathBuf;
 use std::time::Duration;
 
 use gearshift_bus::{ConnectOptions, TlsOptions};
+use serde::Serialize;
 use serde::de::MapAccess;
-use serde::{Deserialize, Deserializer, Serialize};
 
 use super::{Fields, Human, Part};
 use crate::check;
@@ -90,7 +89,11 @@ impl<X: BusPart> Default for BusSection<X> {
 }
 
 impl<X: BusPart> Fields for BusSection<X> {
-    fn read_key<'de, A: MapAccess<'de>>(
+    type Own = X;
+
+    const SHARED: &'static [&'static str] = KEYS;
+
+    fn read_shared<'de, A: MapAccess<'de>>(
         &mut self,
         key: &str,
         map: &mut A,
@@ -106,35 +109,17 @@ impl<X: BusPart> Fields for BusSection<X> {
             "cert_file" => self.cert_file = map.next_value()?,
             "key_file" => self.key_file = map.next_value()?,
             "server_name" => self.server_name = map.next_value()?,
-            other => return self.own.read(other, map),
+            _ => return Ok(false),
         }
         Ok(true)
     }
 
-    fn keys() -> Vec<&'static str> {
-        KEYS.iter().chain(X::KEYS).copied().collect()
-    }
-}
-
-impl<'de, X: BusPart> Deserialize<'de> for BusSection<X> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        super::deserialize_section(d)
-    }
-}
-
-impl<X> Deref for BusSection<X> {
-    type Target = X;
-
-    fn deref(&self) -> &X {
-        &self.own
-    }
-}
-
-impl<X> DerefMut for BusSection<X> {
-    fn deref_mut(&mut self) -> &mut X {
+    fn own_mut(&mut self) -> &mut X {
         &mut self.own
     }
 }
+
+super::section_with_part!(BusSection, BusPart);
 
 impl<X: BusPart> BusSection<X> {
     /// Checks the section (no network, no files read).

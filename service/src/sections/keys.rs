@@ -1,12 +1,11 @@
 //! `[keys]`: the agent's signing key, whom it trusts, and the clock skew
 //! it accepts.
 
-use std::ops::{Deref, DerefMut};
 use std::path::PathBuf;
 use std::time::Duration;
 
+use serde::Serialize;
 use serde::de::MapAccess;
-use serde::{Deserialize, Deserializer, Serialize};
 
 use super::{Fields, Human, Part};
 use crate::check;
@@ -49,7 +48,11 @@ impl<X: KeysPart> Default for KeysSection<X> {
 }
 
 impl<X: KeysPart> Fields for KeysSection<X> {
-    fn read_key<'de, A: MapAccess<'de>>(
+    type Own = X;
+
+    const SHARED: &'static [&'static str] = KEYS;
+
+    fn read_shared<'de, A: MapAccess<'de>>(
         &mut self,
         key: &str,
         map: &mut A,
@@ -57,35 +60,17 @@ impl<X: KeysPart> Fields for KeysSection<X> {
         match key {
             "signing_key" => self.signing_key = map.next_value()?,
             "time_window" => self.time_window = map.next_value::<Human>()?.0,
-            other => return self.own.read(other, map),
+            _ => return Ok(false),
         }
         Ok(true)
     }
 
-    fn keys() -> Vec<&'static str> {
-        KEYS.iter().chain(X::KEYS).copied().collect()
-    }
-}
-
-impl<'de, X: KeysPart> Deserialize<'de> for KeysSection<X> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        super::deserialize_section(d)
-    }
-}
-
-impl<X> Deref for KeysSection<X> {
-    type Target = X;
-
-    fn deref(&self) -> &X {
-        &self.own
-    }
-}
-
-impl<X> DerefMut for KeysSection<X> {
-    fn deref_mut(&mut self) -> &mut X {
+    fn own_mut(&mut self) -> &mut X {
         &mut self.own
     }
 }
+
+super::section_with_part!(KeysSection, KeysPart);
 
 impl<X: KeysPart> KeysSection<X> {
     /// Checks the section (no files read).

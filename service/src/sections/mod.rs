@@ -56,15 +56,21 @@ impl<'de> Deserialize<'de> for Human {
 
 /// A section read key by key: its shared keys, then its [`Part`]'s.
 trait Fields: Default {
-    /// Reads `key` when it is one of the section's.
-    fn read_key<'de, A: MapAccess<'de>>(
+    /// The agent's part.
+    type Own: Part;
+
+    /// The shared keys.
+    const SHARED: &'static [&'static str];
+
+    /// Reads `key` when it is one of the shared keys.
+    fn read_shared<'de, A: MapAccess<'de>>(
         &mut self,
         key: &str,
         map: &mut A,
     ) -> Result<bool, A::Error>;
 
-    /// Every key the section reads.
-    fn keys() -> Vec<&'static str>;
+    /// The agent's part.
+    fn own_mut(&mut self) -> &mut Self::Own;
 }
 
 struct SectionVisitor<T>(PhantomData<T>);
@@ -79,8 +85,12 @@ impl<'de, T: Fields> Visitor<'de> for SectionVisitor<T> {
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<T, A::Error> {
         let mut value = T::default();
         while let Some(key) = map.next_key::<String>()? {
-            if !value.read_key(&key, &mut map)? {
-                let expected: Vec<String> = T::keys().iter().map(|k| format!("`{k}`")).collect();
+            if !value.read_shared(&key, &mut map)? && !value.own_mut().read(&key, &mut map)? {
+                let expected: Vec<String> = T::SHARED
+                    .iter()
+                    .chain(<T::Own as Part>::KEYS)
+                    .map(|k| format!("`{k}`"))
+                    .collect();
                 return Err(A::Error::custom(format!(
                     "unknown field `{key}`, expected one of {}",
                     expected.join(", ")
@@ -91,9 +101,33 @@ impl<'de, T: Fields> Visitor<'de> for SectionVisitor<T> {
     }
 }
 
-fn deserialize_section<'de, D: Deserializer<'de>, T: Fields>(d: D) -> Result<T, D::Error> {
-    d.deserialize_map(SectionVisitor(PhantomData))
+/// What a shared section with an agent's part implements the same way:
+/// `Deserialize` (shared keys, then the part's, unknown ones refused) and
+/// `Deref` to the part.
+macro_rules! section_with_part {
+    ($section:ident, $part:ident) => {
+        impl<'de, X: $part> serde::Deserialize<'de> for $section<X> {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                d.deserialize_map(super::SectionVisitor(std::marker::PhantomData))
+            }
+        }
+
+        impl<X> std::ops::Deref for $section<X> {
+            type Target = X;
+
+            fn deref(&self) -> &X {
+                &self.own
+            }
+        }
+
+        impl<X> std::ops::DerefMut for $section<X> {
+            fn deref_mut(&mut self) -> &mut X {
+                &mut self.own
+            }
+        }
+    };
 }
+use section_with_part;
 
 /// `[log]`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
