@@ -5,8 +5,10 @@
 //! scale-down saga to its end and asks the cloud for new nodes.
 //!
 //! ## Layout
-//! - [`config`]: `conf/broker.toml`, its defaults and checks; [`perkey`] the
-//!   `"default, profile: value"` form of the seeds' advisor keys.
+//! - [`config`]: `conf/broker.toml`, its defaults and checks (`[policy]`,
+//!   `[saga]`, node groups and the agent's own `[bus]`/`[keys]` keys in
+//!   `config/`; the shared sections come from `gearshift-service`);
+//!   [`perkey`] the `"default, profile: value"` form of the seeds' advisor keys.
 //! - [`fleet`]: the fleet model and the `oo-stats` figures (`fleet/sums.rs`:
 //!   the remembered sums that keep them cheap at fleet scale).
 //! - [`core`]: the brain without I/O, as small machines `(state, input,

@@ -1,20 +1,23 @@
 //! `gearshift-broker`: the broker agent and its operator commands.
+//!
+//! Exit codes (`gearshift_service::bootstrap`): 0 success, 1 failure at run
+//! time, 2 bad configuration or usage.
 #![forbid(unsafe_code)]
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{Context, bail};
 use clap::{Parser, Subcommand};
 use gearshift_broker::cli::{self, OperatorKeys};
-use gearshift_broker::config::{self, BrokerConfig};
+use gearshift_broker::config::BrokerConfig;
 use gearshift_broker::{Agent, metrics::Metrics};
-use gearshift_bus::{ConnectOptions, SharedBus, TlsOptions};
+use gearshift_bus::{ConnectOptions, SharedBus};
 use gearshift_proto::msg::{AdminRequest, Role};
 use gearshift_proto::sign::Keyring;
-use gearshift_service::shutdown::Shutdown;
+use gearshift_service::bootstrap::{self, Failure, Service};
+use gearshift_service::logging::LogFormat;
 use tokio_util::sync::CancellationToken;
 
 #[derive(Parser, Debug)]
@@ -61,7 +64,7 @@ enum Cmd {
         config: PathBuf,
         /// Log format on stderr, human or json (default: `[log] format`).
         #[arg(long)]
-        log_format: Option<gearshift_service::logging::LogFormat>,
+        log_format: Option<LogFormat>,
     },
     /// Check a configuration file (no network access); exit 0 when valid.
     CheckConfig {
@@ -137,72 +140,39 @@ enum Cmd {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    // check-config and keygen run without a runtime or network.
-    match &cli.cmd {
-        Cmd::CheckConfig { file } => {
-            return match config::load(file) {
-                Ok(_) => {
-                    println!("{}: ok", file.display());
-                    ExitCode::SUCCESS
-                }
-                Err(e) => {
-                    eprintln!("{e}");
-                    ExitCode::from(2)
-                }
-            };
-        }
-        Cmd::Keygen { dir, name, force } => {
-            return match gearshift_service::keys::write_keypair(dir, name, *force) {
-                Ok((k, p, pair)) => {
-                    println!(
-                        "wrote {} and {} (key id {})",
-                        k.display(),
-                        p.display(),
-                        pair.id()
-                    );
-                    ExitCode::SUCCESS
-                }
-                Err(e) => {
-                    eprintln!("{e}");
-                    ExitCode::from(1)
-                }
-            };
-        }
-        _ => {}
-    }
-    let rt = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("cannot start the runtime: {e}");
-            return ExitCode::from(1);
-        }
+    let r = match cli.cmd {
+        // check-config and keygen run without a runtime or network.
+        Cmd::CheckConfig { file } => bootstrap::check_config::<BrokerConfig>(&file, |_| vec![]),
+        Cmd::Keygen { dir, name, force } => bootstrap::keygen(
+            &dir,
+            &name,
+            force,
+            "Give the public key to the node agents (their keys.broker_keys).",
+        ),
+        Cmd::Run { config, log_format } => bootstrap::block_on(None, run_agent(config, log_format)),
+        cmd => bootstrap::block_on(None, operator_command(cmd)),
     };
-    match rt.block_on(run(cli)) {
-        Ok(code) => code,
-        Err(e) => {
-            eprintln!("gearshift-broker: {e:#}");
-            ExitCode::from(1)
-        }
-    }
+    bootstrap::exit("gearshift-broker", r)
 }
 
-async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
-    match cli.cmd {
-        Cmd::Run { config, log_format } => run_agent(&config, log_format)
-            .await
-            .map(|_| ExitCode::SUCCESS),
+fn runtime(e: impl Into<anyhow::Error>) -> Failure {
+    Failure::runtime(e.into())
+}
+
+/// The operator commands: requests on the bus, and the offline helpers.
+async fn operator_command(cmd: Cmd) -> Result<(), Failure> {
+    match cmd {
         Cmd::Status { op, json } => {
             let (bus, keys) = operator(&op).await?;
-            let s = cli::status(&bus, &keys, &op.from, op.timeout).await?;
+            let s = cli::status(&bus, &keys, &op.from, op.timeout)
+                .await
+                .map_err(runtime)?;
             if json {
-                println!("{}", serde_json::to_string_pretty(&s)?);
+                println!("{}", serde_json::to_string_pretty(&s).map_err(runtime)?);
             } else {
                 print!("{}", s.render());
             }
-            Ok(ExitCode::SUCCESS)
+            Ok(())
         }
         Cmd::Watch { op, no_explain } => {
             let (bus, keys) = operator(&op).await?;
@@ -212,96 +182,159 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 let _ = tokio::signal::ctrl_c().await;
                 s.cancel();
             });
-            cli::watch(&bus, &keys.brokers, !no_explain, |l| println!("{l}"), stop).await?;
-            Ok(ExitCode::SUCCESS)
+            cli::watch(&bus, &keys.brokers, !no_explain, |l| println!("{l}"), stop)
+                .await
+                .map_err(runtime)
         }
-        Cmd::Ping { op, window } => {
-            let (bus, keys) = operator(&op).await?;
-            let answers = cli::ping(&bus, &keys.signer, &op.from, window, None).await?;
-            for a in &answers {
-                println!(
-                    "{:<40} {:<7} time={:.1} ms",
-                    a.agent,
-                    a.role,
-                    a.rtt.as_secs_f64() * 1000.0
-                );
-            }
-            let n = answers.len();
-            println!("\n---- ping statistics ----");
-            if n > 0 {
-                let ms: Vec<f64> = answers
-                    .iter()
-                    .map(|a| a.rtt.as_secs_f64() * 1000.0)
-                    .collect();
-                let min = ms.iter().copied().fold(f64::MAX, f64::min);
-                let max = ms.iter().copied().fold(0.0, f64::max);
-                let avg = ms.iter().sum::<f64>() / n as f64;
-                println!("{n} replies, min/avg/max = {min:.1}/{avg:.1}/{max:.1} ms");
-                Ok(ExitCode::SUCCESS)
-            } else {
-                println!("no replies");
-                Ok(ExitCode::from(1))
-            }
-        }
+        Cmd::Ping { op, window } => ping(&op, window).await,
         Cmd::Evacuate { op, node } => admin(&op, AdminRequest::Evacuate { node }).await,
         Cmd::Abort { op, op_id } => admin(&op, AdminRequest::Abort { op: op_id }).await,
         Cmd::DoNotDisrupt { op, node, off } => {
             admin(&op, AdminRequest::DoNotDisrupt { node, on: !off }).await
         }
-        Cmd::Place(args) => match gearshift_placement::cli::run_place(args).await {
-            Ok(()) => Ok(ExitCode::SUCCESS),
-            Err(e) => {
-                eprintln!("gearshift-broker place: {e}");
-                Ok(ExitCode::from(e.exit_code().clamp(1, 255) as u8))
-            }
-        },
-        Cmd::PushStats(args) => match gearshift_pushstats::run_push_stats(&args).await {
-            Ok(report) => {
-                for line in &report.dry_run {
-                    println!("{line}");
-                }
-                for t in &report.targets {
-                    println!(
-                        "{}: {} samples pushed ({} attempts)",
-                        t.target, t.samples, t.attempts
-                    );
-                }
-                Ok(ExitCode::SUCCESS)
-            }
-            Err(e) => {
-                eprintln!("gearshift-broker push-stats: {e}");
-                Ok(ExitCode::from(if e.is_usage() { 2 } else { 1 }))
-            }
-        },
-        Cmd::CheckConfig { .. } | Cmd::Keygen { .. } => Ok(ExitCode::SUCCESS),
+        Cmd::Place(args) => gearshift_placement::cli::run_place(args)
+            .await
+            .map_err(|e| {
+                let code = e.exit_code().clamp(1, 255) as u8;
+                Failure::with_code(code, format!("place: {e}"))
+            }),
+        Cmd::PushStats(args) => push_stats_once(&args).await,
+        Cmd::Run { .. } | Cmd::CheckConfig { .. } | Cmd::Keygen { .. } => Ok(()),
     }
+}
+
+async fn ping(op: &OpArgs, window: Duration) -> Result<(), Failure> {
+    let (bus, keys) = operator(op).await?;
+    let answers = cli::ping(&bus, &keys.signer, &op.from, window, None)
+        .await
+        .map_err(runtime)?;
+    for a in &answers {
+        println!(
+            "{:<40} {:<7} time={:.1} ms",
+            a.agent,
+            a.role,
+            a.rtt.as_secs_f64() * 1000.0
+        );
+    }
+    let n = answers.len();
+    println!("\n---- ping statistics ----");
+    if n == 0 {
+        println!("no replies");
+        return Err(Failure::runtime("no agent answered the ping"));
+    }
+    let ms: Vec<f64> = answers
+        .iter()
+        .map(|a| a.rtt.as_secs_f64() * 1000.0)
+        .collect();
+    let min = ms.iter().copied().fold(f64::MAX, f64::min);
+    let max = ms.iter().copied().fold(0.0, f64::max);
+    let avg = ms.iter().sum::<f64>() / n as f64;
+    println!("{n} replies, min/avg/max = {min:.1}/{avg:.1}/{max:.1} ms");
+    Ok(())
+}
+
+/// `push-stats`: one push, like cfn-push-stats.
+async fn push_stats_once(args: &gearshift_pushstats::PushStatsArgs) -> Result<(), Failure> {
+    match gearshift_pushstats::run_push_stats(args).await {
+        Ok(report) => {
+            report.lines().iter().for_each(|l| println!("{l}"));
+            Ok(())
+        }
+        Err(e) if e.is_usage() => Err(Failure::config(format!("push-stats: {e}"))),
+        Err(e) => Err(Failure::runtime(format!("push-stats: {e}"))),
+    }
+}
+
+async fn admin(op: &OpArgs, req: AdminRequest) -> Result<(), Failure> {
+    let (bus, keys) = operator(op).await?;
+    let key = match &op.config {
+        Some(p) => bootstrap::load::<BrokerConfig>(p)?.agent.admin_key,
+        None => gearshift_proto::routing::ADMIN.to_string(),
+    };
+    let r = cli::admin_on(&bus, &keys, &op.from, &key, req, op.timeout)
+        .await
+        .map_err(runtime)?;
+    if !r.ok {
+        return Err(Failure::runtime(format!("refused: {}", r.message)));
+    }
+    println!("{}", r.message);
+    Ok(())
+}
+
+async fn operator(op: &OpArgs) -> Result<(SharedBus, OperatorKeys), Failure> {
+    let cfg = match &op.config {
+        Some(p) => Some(bootstrap::load::<BrokerConfig>(p)?),
+        None => None,
+    };
+    let url = op
+        .bus
+        .clone()
+        .or_else(|| cfg.as_ref().map(|c| c.bus.url.clone()))
+        .unwrap_or_else(|| BrokerConfig::defaults().bus.url);
+    let key = op
+        .key
+        .clone()
+        .or_else(|| cfg.as_ref().map(|c| c.keys.signing_key.clone()))
+        .unwrap_or_else(|| PathBuf::from("/etc/gearshift/operator.key"));
+    let mut keys = OperatorKeys::load(&key, op.broker_pub.as_deref()).map_err(Failure::config)?;
+    if let Some(c) = &cfg {
+        // With the broker's configuration, trust what the broker trusts, so
+        // that `watch` can verify node events and reports too.
+        c.keys
+            .trust_into(&mut keys.brokers)
+            .map_err(Failure::config)?;
+    }
+    let opts = ConnectOptions {
+        name: "gearshift-broker-cli".into(),
+        tls: cfg.as_ref().map(|c| c.bus.tls()).unwrap_or_default(),
+        connect_timeout: op.timeout,
+        ..Default::default()
+    };
+    let bus = gearshift_bus::connect(&url, opts).await.map_err(|e| {
+        Failure::runtime(format!(
+            "cannot connect to {}: {e}",
+            gearshift_bus::url::redact(&url)
+        ))
+    })?;
+    Ok((bus, keys))
+}
+
+/// The broker agent's keyring: its own key, then what `[keys]` trusts.
+fn keyring(cfg: &BrokerConfig, own: &gearshift_proto::KeyPair) -> Result<Keyring, Failure> {
+    let mut ring = Keyring::new();
+    ring.add(own.public(), Role::Broker, "own key");
+    let (nodes, operators) = cfg.keys.trust_into(&mut ring).map_err(Failure::config)?;
+    tracing::info!(
+        node_keys = nodes,
+        operator_keys = operators,
+        extra = cfg.keys.trust.len(),
+        "keys trusted"
+    );
+    Ok(ring)
 }
 
 /// Starts the pull-mode pusher when `[push_stats]` is enabled, fed with the
 /// fleet figures of every status the agent publishes (per profile, and per
 /// district from the groups).
 fn start_push_stats(
+    service: &Service<BrokerConfig>,
     cfg: &BrokerConfig,
     mut status: tokio::sync::watch::Receiver<Arc<gearshift_broker::status::Status>>,
-    token: &CancellationToken,
-) -> anyhow::Result<
-    Option<(
-        gearshift_pushstats::Pusher,
-        gearshift_pushstats::PushMetrics,
-    )>,
-> {
+    metrics: &Metrics,
+) -> Result<(), Failure> {
     let push_metrics = gearshift_pushstats::PushMetrics::new();
-    let Some(pusher) = cfg
+    let token = service.token().clone();
+    let pusher = cfg
         .push_stats
-        .start(None, push_metrics.clone(), token.clone())
-        .context("push_stats")?
-    else {
-        return Ok(None);
+        .start_in(None, push_metrics.clone(), token.clone(), service.tracker())
+        .map_err(|e| Failure::runtime(format!("push_stats: {e}")))?;
+    let Some(pusher) = pusher else {
+        return Ok(());
     };
+    push_metrics.register(&mut metrics.registry.lock().unwrap_or_else(|p| p.into_inner()));
     let handle = pusher.handle();
     let ps = cfg.push_stats.clone();
-    let token = token.clone();
-    tokio::spawn(async move {
+    service.spawn(async move {
         loop {
             tokio::select! {
                 r = status.changed() => if r.is_err() { return },
@@ -324,227 +357,93 @@ fn start_push_stats(
             handle.update(ps.fleet_samples(&profiles, &districts));
         }
     });
-    Ok(Some((pusher, push_metrics)))
+    Ok(())
 }
 
-async fn admin(op: &OpArgs, req: AdminRequest) -> anyhow::Result<ExitCode> {
-    let (bus, keys) = operator(op).await?;
-    let key = match &op.config {
-        Some(p) => config::load(p)?.agent.admin_key,
-        None => gearshift_proto::routing::ADMIN.to_string(),
+/// One listener for `/metrics`, `/healthz` and the dashboard.
+async fn serve_metrics(
+    service: &Service<BrokerConfig>,
+    cfg: &BrokerConfig,
+    agent: &Agent,
+    metrics: &Metrics,
+) -> Result<(), Failure> {
+    let Some(addr) = cfg.metrics.listen else {
+        return Ok(());
     };
-    let r = cli::admin_on(&bus, &keys, &op.from, &key, req, op.timeout).await?;
-    if r.ok {
-        println!("{}", r.message);
-        Ok(ExitCode::SUCCESS)
-    } else {
-        eprintln!("refused: {}", r.message);
-        Ok(ExitCode::from(1))
-    }
-}
-
-async fn operator(op: &OpArgs) -> anyhow::Result<(SharedBus, OperatorKeys)> {
-    let cfg = match &op.config {
-        Some(p) => Some(config::load(p)?),
-        None => None,
-    };
-    let url = op
-        .bus
-        .clone()
-        .or_else(|| cfg.as_ref().map(|c| c.bus.url.clone()))
-        .unwrap_or_else(|| config::BrokerConfig::defaults().bus.url);
-    let key = op
-        .key
-        .clone()
-        .or_else(|| cfg.as_ref().map(|c| c.keys.signing_key.clone()))
-        .unwrap_or_else(|| PathBuf::from("/etc/gearshift/operator.key"));
-    let mut keys = OperatorKeys::load(&key, op.broker_pub.as_deref())?;
-    if let Some(c) = &cfg {
-        // With the broker's configuration, trust what the broker trusts, so
-        // that `watch` can verify node events and reports too.
-        trust_dir(&mut keys.brokers, &c.keys.node_keys_dir, Role::Node)?;
-        trust_dir(&mut keys.brokers, &c.keys.operator_keys_dir, Role::Operator)?;
-        for t in &c.keys.trust {
-            gearshift_service::keys::trust(&mut keys.brokers, &t.path, t.role)?;
-        }
-    }
-    let opts = ConnectOptions {
-        name: "gearshift-broker-cli".into(),
-        tls: cfg.as_ref().map(tls).unwrap_or_default(),
-        connect_timeout: op.timeout,
-        ..Default::default()
-    };
-    let bus = gearshift_bus::connect(&url, opts)
-        .await
-        .with_context(|| format!("cannot connect to {}", redact(&url)))?;
-    Ok((bus, keys))
-}
-
-fn tls(c: &BrokerConfig) -> TlsOptions {
-    TlsOptions {
-        ca_file: c.bus.ca_file.clone(),
-        cert_file: c.bus.cert_file.clone(),
-        key_file: c.bus.key_file.clone(),
-        server_name: None,
-    }
-}
-
-fn redact(url: &str) -> String {
-    match url.split_once('@') {
-        Some((head, tail)) => match head.rsplit_once(':') {
-            Some((user, _)) if user.contains("://") => format!("{user}:***@{tail}"),
-            _ => url.to_string(),
-        },
-        None => url.to_string(),
-    }
-}
-
-/// Every *.pub of `dir`, trusted for `role`; a missing directory trusts nobody.
-fn trust_dir(ring: &mut Keyring, dir: &Path, role: Role) -> anyhow::Result<usize> {
-    let rd = match std::fs::read_dir(dir) {
-        Ok(rd) => rd,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            tracing::warn!(dir = %dir.display(), %role, "no such key directory: no {role} key trusted from it");
-            return Ok(0);
-        }
-        Err(e) => bail!("{}: {e}", dir.display()),
-    };
-    let mut n = 0;
-    let mut paths: Vec<PathBuf> = rd.filter_map(|e| e.ok().map(|e| e.path())).collect();
-    paths.sort();
-    for p in paths {
-        if p.extension().is_some_and(|x| x == "pub") {
-            gearshift_service::keys::trust(ring, &p, role)?;
-            n += 1;
-        }
-    }
-    Ok(n)
-}
-
-fn keyring(cfg: &BrokerConfig, own: &gearshift_proto::KeyPair) -> anyhow::Result<Keyring> {
-    let mut ring = Keyring::new();
-    ring.add(own.public(), Role::Broker, "own key");
-    let nodes = trust_dir(&mut ring, &cfg.keys.node_keys_dir, Role::Node)?;
-    let ops = trust_dir(&mut ring, &cfg.keys.operator_keys_dir, Role::Operator)?;
-    for t in &cfg.keys.trust {
-        gearshift_service::keys::trust(&mut ring, &t.path, t.role)?;
-    }
-    tracing::info!(
-        node_keys = nodes,
-        operator_keys = ops,
-        extra = cfg.keys.trust.len(),
-        "keys trusted"
+    // The dashboard's task runs on the agent's tracker (the service's).
+    let dashboard = gearshift_broker::dashboard::Dashboard::spawn(
+        agent,
+        cfg.agent.name.clone(),
+        service.token().clone(),
     );
-    Ok(ring)
+    let router =
+        gearshift_service::http::metrics_router(metrics.registry.clone()).merge(dashboard.router());
+    let local = service.serve(addr, router).await?;
+    tracing::info!(%local, "metrics and dashboard listener (http://{local}/)");
+    Ok(())
 }
 
-async fn run_agent(
-    path: &Path,
-    log_format: Option<gearshift_service::logging::LogFormat>,
-) -> anyhow::Result<()> {
+async fn run_agent(path: PathBuf, log_format: Option<LogFormat>) -> Result<(), Failure> {
     // Validate before touching anything else.
-    let cfg = config::load(path)?;
-    gearshift_service::logging::init(log_format.unwrap_or(cfg.log.format), &cfg.log.level);
-    let signer = gearshift_service::keys::load_keypair(&cfg.keys.signing_key)?;
+    let (service, cfg) = Service::<BrokerConfig>::start(&path, log_format)?;
+    let signer =
+        gearshift_service::keys::load_keypair(&cfg.keys.signing_key).map_err(Failure::config)?;
     let ring = keyring(&cfg, &signer)?;
-    let shutdown = Shutdown::new();
-    shutdown
-        .listen_for_signals()
-        .context("cannot install signal handlers")?;
-    let token = shutdown.token.clone();
-
-    // Connect, retrying forever until the bus answers or we are told to stop.
-    let opts = ConnectOptions {
-        name: format!("gearshift-broker {}", cfg.agent.name),
-        tls: tls(&cfg),
-        heartbeat: cfg.bus.heartbeat,
-        op_timeout: cfg.bus.op_timeout,
-        ..Default::default()
+    // Connect, retrying until the bus answers or we are told to stop.
+    let opts = cfg
+        .bus
+        .connect_options(format!("gearshift-broker {}", cfg.agent.name));
+    let Some(bus) = service.connect_bus(&cfg.bus.url, &opts).await else {
+        return Ok(());
     };
-    let mut attempt = 0;
-    let bus = loop {
-        match gearshift_bus::connect(&cfg.bus.url, opts.clone()).await {
-            Ok(b) => break b,
-            Err(e) => {
-                let wait = gearshift_bus::backoff(
-                    attempt,
-                    Duration::from_millis(200),
-                    Duration::from_secs(10),
-                );
-                attempt += 1;
-                tracing::warn!(url = %redact(&cfg.bus.url), error = %e, wait = ?wait, "bus not reachable; retrying");
-                gearshift_service::notify::status(&format!("waiting for the bus: {e}"));
-                tokio::select! {
-                    _ = token.cancelled() => return Ok(()),
-                    _ = tokio::time::sleep(wait) => {}
-                }
-            }
-        }
-    };
-
     let metrics = Metrics::new();
     let (reload_tx, reload_rx) = tokio::sync::watch::channel(Arc::new(cfg.clone()));
     let agent = Agent::builder(cfg.clone(), bus.clone())
+        .tracker(service.tracker().clone())
         .signer(signer)
         .keyring(ring)
         .metrics(metrics.clone())
         .reloads(reload_rx)
-        .build()?;
-    let push_stats = start_push_stats(&cfg, agent.status(), &token)?;
-    if let Some((_, pm)) = &push_stats {
-        pm.register(&mut metrics.registry.lock().unwrap_or_else(|p| p.into_inner()));
-    }
-    if let Some(addr) = cfg.metrics.listen {
-        // One listener: /metrics, /healthz and the dashboard.
-        let dashboard = gearshift_broker::dashboard::Dashboard::spawn(
-            &agent,
-            cfg.agent.name.clone(),
-            token.clone(),
-        );
-        let router = gearshift_service::http::metrics_router(metrics.registry.clone())
-            .merge(dashboard.router());
-        let (local, _) = gearshift_service::http::serve(addr, router, token.clone())
-            .await
-            .with_context(|| format!("cannot listen on {addr}"))?;
-        tracing::info!(%local, "metrics and dashboard listener (http://{local}/)");
-    }
-    // SIGHUP: reload and validate; a bad file keeps the running configuration.
-    let mut hups = shutdown.reloads();
-    let cfg_path = path.to_path_buf();
-    tokio::spawn(async move {
-        while hups.changed().await.is_ok() {
-            match config::load(&cfg_path) {
-                Ok(c) => {
-                    let _ = reload_tx.send(Arc::new(c));
-                }
-                Err(e) => {
-                    tracing::error!(error = %e, "reload refused: keeping the running configuration")
-                }
-            }
-        }
+        .build()
+        .map_err(runtime)?;
+    start_push_stats(&service, &cfg, agent.status(), &metrics)?;
+    serve_metrics(&service, &cfg, &agent, &metrics).await?;
+    // SIGHUP: a bad file keeps the running configuration.
+    service.on_reload(move |c| {
+        reload_tx
+            .send(Arc::new(c))
+            .map_err(|_| "the agent has stopped".to_string())
     });
     let status = agent.status();
-    gearshift_service::notify::spawn_watchdog(token.clone(), move || {
+    service.ready("running", move || {
         status
             .borrow()
             .at
             .is_some_and(|t| chrono::Utc::now() - t < chrono::Duration::seconds(10))
     });
-    gearshift_service::notify::ready("running");
-    let run = shutdown.tracker.spawn(agent.run(token.clone()));
-    let res = tokio::select! {
-        r = run => r,
-        _ = token.cancelled() => {
-            gearshift_service::notify::stopping();
-            // The agent's own drain is bounded by shutdown_grace.
-            let grace = cfg.agent.shutdown_grace + Duration::from_secs(2);
-            shutdown.tracker.close();
-            if !shutdown.drain(grace).await {
-                tracing::warn!("grace period over");
-            }
-            return Ok(());
-        }
+    let token = service.token().clone();
+    let run = service.spawn(agent.run(token.clone()));
+    let ended = tokio::select! {
+        r = run => Some(r),
+        _ = token.cancelled() => None,
     };
-    bus.close().await;
-    res.context("agent task")?.map_err(Into::into)
+    // The agent's own drain is bounded by shutdown_grace.
+    service
+        .stop(cfg.agent.shutdown_grace + Duration::from_secs(2))
+        .await;
+    close(&bus).await;
+    match ended {
+        None => Ok(()),
+        Some(r) => r.map_err(runtime)?.map_err(runtime),
+    }
+}
+
+/// Closes the bus connection, without waiting long for a bus that is gone.
+async fn close(bus: &SharedBus) {
+    if tokio::time::timeout(Duration::from_secs(5), bus.close())
+        .await
+        .is_err()
+    {
+        tracing::warn!("the bus did not close within 5s");
+    }
 }

@@ -29,6 +29,11 @@ pub enum Service {
     Image,
     /// Neutron (network name look-ups).
     Network,
+    /// Gnocchi (pull mode's measures).
+    Metric,
+    /// A CloudWatch-compatible `PutMetricData` endpoint (heat-api-cloudwatch
+    /// in the seeds' day; pull mode).
+    CloudWatch,
 }
 
 impl Service {
@@ -42,6 +47,8 @@ impl Service {
             Service::ContainerInfra => "container-infra",
             Service::Image => "image",
             Service::Network => "network",
+            Service::Metric => "metric",
+            Service::CloudWatch => "cloudwatch",
         }
     }
 
@@ -56,6 +63,8 @@ impl Service {
             Service::ContainerInfra => &["container-infra", "container-infrastructure-management"],
             Service::Image => &["image"],
             Service::Network => &["network"],
+            Service::Metric => &["metric"],
+            Service::CloudWatch => &["cloudwatch"],
         }
     }
 
@@ -69,6 +78,8 @@ impl Service {
             Service::ContainerInfra => "magnum",
             Service::Image => "glance",
             Service::Network => "neutron",
+            Service::Metric => "gnocchi",
+            Service::CloudWatch => "cloudwatch",
         }
     }
 }

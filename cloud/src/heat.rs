@@ -33,7 +33,7 @@ use serde_json::{Value, json};
 
 use crate::auth::Session;
 use crate::error::{CloudError, Service, bounded, heat_reason_names_quota};
-use crate::http::{HttpClient, check};
+use crate::http::{HttpClient, Response, check};
 
 /// Characters escaped in one URL path segment.
 pub(crate) const SEGMENT: &AsciiSet = &CONTROLS
@@ -49,8 +49,8 @@ pub(crate) const SEGMENT: &AsciiSet = &CONTROLS
     .add(b'{')
     .add(b'}');
 
-/// Escapes one path segment.
-pub(crate) fn seg(s: &str) -> String {
+/// Escapes one URL path segment (a stack or resource name).
+pub fn seg(s: &str) -> String {
     utf8_percent_encode(s, SEGMENT).to_string()
 }
 
@@ -297,39 +297,38 @@ impl Heat {
     }
 
     /// Marks `resource` of `stack` unhealthy, so the next update of its
-    /// group replaces or (on scale-down) removes exactly it.
+    /// group replaces or (on scale-down) removes exactly it. Returns Heat's
+    /// (accepted) answer.
     pub async fn mark_unhealthy(
         &self,
         stack: &StackId,
         resource: &str,
         reason: &str,
-    ) -> Result<(), CloudError> {
-        let path = format!("{}/resources/{}", stack.path(), seg(resource));
-        let body = json!({ "mark_unhealthy": true, "resource_status_reason": reason });
+    ) -> Result<Response, CloudError> {
+        let body = mark_unhealthy_body(reason);
         self.session
             .request(
                 Service::Orchestration,
                 Method::PATCH,
-                &path,
+                &mark_unhealthy_path(stack, resource),
                 &[],
                 Some(&body),
             )
-            .await?;
-        Ok(())
+            .await
     }
 
-    /// Signals `resource` (a scaling policy, a wait condition) with the token.
+    /// Signals `resource` (a scaling policy, a wait condition) with the
+    /// token. Returns Heat's (accepted) answer.
     pub async fn signal_resource(
         &self,
         stack: &StackId,
         resource: &str,
         details: Option<&Value>,
-    ) -> Result<(), CloudError> {
+    ) -> Result<Response, CloudError> {
         let path = format!("{}/resources/{}/signal", stack.path(), seg(resource));
         self.session
             .request(Service::Orchestration, Method::POST, &path, &[], details)
-            .await?;
-        Ok(())
+            .await
     }
 
     /// Polls the stack until its update (one that began after `before`,
@@ -374,13 +373,25 @@ impl Heat {
     }
 }
 
+/// The path (under the orchestration endpoint) that marks `resource` of
+/// `stack` unhealthy.
+pub fn mark_unhealthy_path(stack: &StackId, resource: &str) -> String {
+    format!("{}/resources/{}", stack.path(), seg(resource))
+}
+
+/// The body that marks a resource unhealthy, with Heat's reason.
+pub fn mark_unhealthy_body(reason: &str) -> Value {
+    json!({ "mark_unhealthy": true, "resource_status_reason": reason })
+}
+
 /// POSTs a Heat `signal_url` (a resource's signal URL) with the session's
-/// token; `details` becomes the JSON body when given.
+/// token; `details` becomes the JSON body when given. Returns Heat's
+/// (accepted) answer.
 pub async fn post_signal_url(
     session: &Session,
     signal_url: &str,
     details: Option<&Value>,
-) -> Result<(), CloudError> {
+) -> Result<Response, CloudError> {
     check_http_url(signal_url)?;
     session
         .request(
@@ -390,18 +401,18 @@ pub async fn post_signal_url(
             &[],
             details,
         )
-        .await?;
-    Ok(())
+        .await
 }
 
 /// POSTs a pre-signed `alarm_url` (a scaling policy's URL, signed for
 /// heat-api-cfn or Heat's pre-signed native form). No token is sent: the
-/// signature in the query string is the authorization.
+/// signature in the query string is the authorization. Returns Heat's
+/// (accepted) answer.
 pub async fn post_alarm_url(
     http: &HttpClient,
     alarm_url: &str,
     details: Option<&Value>,
-) -> Result<(), CloudError> {
+) -> Result<Response, CloudError> {
     check_http_url(alarm_url)?;
     let resp = http
         .send(
@@ -412,8 +423,7 @@ pub async fn post_alarm_url(
             details,
         )
         .await?;
-    check(Service::Orchestration, &Method::POST, alarm_url, resp)?;
-    Ok(())
+    check(Service::Orchestration, &Method::POST, alarm_url, resp)
 }
 
 fn check_http_url(u: &str) -> Result<(), CloudError> {

@@ -4,7 +4,8 @@
 
 use std::time::Duration;
 
-use reqwest::{Method, StatusCode};
+pub use reqwest::Method;
+use reqwest::StatusCode;
 use serde_json::Value;
 
 use crate::error::{
@@ -28,6 +29,9 @@ pub struct HttpOptions {
     pub connect_timeout: Duration,
     /// Largest response body read. Default 8 MiB.
     pub max_body: usize,
+    /// Follow a few same-origin redirects (Heat's `GET /stacks/{name}`
+    /// answers 302). Default true; pull mode's pushes follow none.
+    pub follow_redirects: bool,
 }
 
 impl Default for HttpOptions {
@@ -38,6 +42,7 @@ impl Default for HttpOptions {
             timeout: Duration::from_secs(60),
             connect_timeout: Duration::from_secs(10),
             max_body: DEFAULT_MAX_BODY,
+            follow_redirects: true,
         }
     }
 }
@@ -82,21 +87,7 @@ impl HttpClient {
             .timeout(opts.timeout)
             .connect_timeout(opts.connect_timeout)
             .user_agent(concat!("gearshift/", env!("CARGO_PKG_VERSION")))
-            // Heat's GET /stacks/{name} answers 302 to /stacks/{name}/{id};
-            // a few hops are enough, and our token header is not sent to
-            // another host (we only follow same-origin redirects).
-            .redirect(reqwest::redirect::Policy::custom(|attempt| {
-                let same = attempt
-                    .previous()
-                    .first()
-                    .map(|first| first.origin() == attempt.url().origin())
-                    .unwrap_or(false);
-                if attempt.previous().len() > 3 || !same {
-                    attempt.stop()
-                } else {
-                    attempt.follow()
-                }
-            }));
+            .redirect(redirect_policy(opts.follow_redirects));
         if let Some(path) = &opts.cacert {
             let pem = std::fs::read(path).map_err(|e| {
                 CloudError::Config(format!("cannot read CA file {}: {e}", path.display()))
@@ -129,8 +120,9 @@ impl HttpClient {
         })
     }
 
-    /// Sends one request and reads the whole (bounded) body. Error statuses
-    /// are *not* turned into errors here: see [`check`].
+    /// Sends one request (a JSON body, if any; JSON accepted) and reads the
+    /// whole (bounded) body. Error statuses are *not* turned into errors
+    /// here: see [`check`].
     pub async fn send(
         &self,
         service: Service,
@@ -139,14 +131,48 @@ impl HttpClient {
         headers: &[(&str, &str)],
         body: Option<&Value>,
     ) -> Result<Response, CloudError> {
-        let mut req = self.client.request(method.clone(), url);
+        let mut req = self.request(&method, url, headers);
         req = req.header("Accept", "application/json");
-        for (k, v) in headers {
-            req = req.header(*k, *v);
-        }
         if let Some(b) = body {
             req = req.json(b);
         }
+        self.execute(service, method, url, req).await
+    }
+
+    /// Like [`HttpClient::send`], with a body of bytes whose type the
+    /// caller gives in `headers` (an AWS query API's form), and no `Accept`.
+    pub async fn send_bytes(
+        &self,
+        service: Service,
+        method: Method,
+        url: &str,
+        headers: &[(&str, &str)],
+        body: Vec<u8>,
+    ) -> Result<Response, CloudError> {
+        let req = self.request(&method, url, headers).body(body);
+        self.execute(service, method, url, req).await
+    }
+
+    fn request(
+        &self,
+        method: &Method,
+        url: &str,
+        headers: &[(&str, &str)],
+    ) -> reqwest::RequestBuilder {
+        let mut req = self.client.request(method.clone(), url);
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        req
+    }
+
+    async fn execute(
+        &self,
+        service: Service,
+        method: Method,
+        url: &str,
+        req: reqwest::RequestBuilder,
+    ) -> Result<Response, CloudError> {
         let transport = |e: reqwest::Error| CloudError::Transport {
             service,
             url: redact_url(url),
@@ -173,6 +199,27 @@ impl HttpClient {
             body: buf,
         })
     }
+}
+
+/// Heat's `GET /stacks/{name}` answers 302 to `/stacks/{name}/{id}`: a few
+/// hops are enough, and our token header is not sent to another host (only
+/// same-origin redirects are followed). `follow` false follows none.
+fn redirect_policy(follow: bool) -> reqwest::redirect::Policy {
+    if !follow {
+        return reqwest::redirect::Policy::none();
+    }
+    reqwest::redirect::Policy::custom(|attempt| {
+        let same = attempt
+            .previous()
+            .first()
+            .map(|first| first.origin() == attempt.url().origin())
+            .unwrap_or(false);
+        if attempt.previous().len() > 3 || !same {
+            attempt.stop()
+        } else {
+            attempt.follow()
+        }
+    })
 }
 
 /// Returns the response if its status is 2xx, else the classified error.

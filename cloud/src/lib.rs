@@ -9,11 +9,14 @@
 //!
 //! ## Layout
 //! - [`auth`]: credentials from `OS_*` variables, `auth.env` files and
-//!   `clouds.yaml`; the [`Session`] (token, catalog, endpoints, requests).
+//!   `clouds.yaml` (and [`CredentialsFrom`], where a configuration takes
+//!   them from); the [`Session`] (token, catalog, endpoints, requests).
 //! - [`http`]: the HTTP client (TLS options, timeouts, bounded bodies) and
 //!   the reading of each API's documented error body.
 //! - [`error`]: [`CloudError`] and the per-API quota phrase checks.
-//! - [`heat`]: stacks, resources, mark-unhealthy, signals and pre-signed alarm URLs.
+//! - [`heat`]: stacks, resources, mark-unhealthy, signals and pre-signed
+//!   alarm URLs: the one Heat client, used by the broker agent's `heat`
+//!   handler and by the node agent's Heat signals.
 //! - [`nova`]: servers, limits (quota pre-flight), flavors, volume
 //!   attachments; image and network look-ups by name.
 //! - [`cinder`]: Cinder volumes.
@@ -29,5 +32,5 @@ pub mod http;
 pub mod magnum;
 pub mod nova;
 
-pub use auth::{Credentials, Session, SessionOptions};
+pub use auth::{Credentials, CredentialsFrom, Session, SessionOptions};
 pub use error::{CloudError, Service};

@@ -1,22 +1,20 @@
 //! What the OpenStack handlers share: a session from
-//! [`OpenStackAuth`](crate::config::OpenStackAuth), the one mapping from
+//! [`OpenStackAuth`], the one mapping from
 //! [`CloudError`] to [`HandlerError`], and host-to-server-name mapping.
 
 use gearshift_cloud::auth::Interface;
-use gearshift_cloud::{CloudError, Credentials, Session, SessionOptions};
+use gearshift_cloud::{CloudError, Credentials, CredentialsFrom, Session, SessionOptions};
 
 use crate::config::{OpenStackAuth, ServerName};
 use crate::{BuildError, HandlerError};
 
 /// Reads the credentials (no network) and makes a session.
 pub fn session(auth: &OpenStackAuth) -> Result<Session, BuildError> {
-    let mut creds = if let Some(cloud) = &auth.cloud {
-        Credentials::from_clouds_yaml(cloud, auth.clouds_yaml.as_deref())
-    } else if let Some(file) = &auth.env_file {
-        Credentials::from_env_file(file)
-    } else {
-        Credentials::from_env()
-    }
+    let mut creds = Credentials::load(CredentialsFrom::first_of(
+        auth.cloud.as_deref(),
+        auth.clouds_yaml.as_deref(),
+        auth.env_file.as_deref(),
+    ))
     .map_err(|e| BuildError::Setup(format!("OpenStack credentials: {e}")))?;
     if let Some(r) = &auth.region {
         creds.region = Some(r.clone());

@@ -29,7 +29,7 @@
 //! `UPDATE_FAILED` is mapped the same way.
 
 use async_trait::async_trait;
-use gearshift_cloud::heat::{Heat, Stack, StackId, ensure_settled, post_alarm_url};
+use gearshift_cloud::heat::{Heat, Resource, Stack, StackId, ensure_settled, post_alarm_url};
 use gearshift_cloud::nova::Nova;
 use serde_json::json;
 
@@ -118,6 +118,7 @@ impl HeatHandler {
             Some(url) => post_alarm_url(self.heat.session().http(), url, Some(&details)).await,
             None => self.heat.signal_resource(top, policy, Some(&details)).await,
         }
+        .map(drop)
         .map_err(to_handler_error)
     }
 
@@ -140,6 +141,104 @@ impl HeatHandler {
                 s.stack_name, self.cfg.count_param
             ))
         })
+    }
+}
+
+impl HeatHandler {
+    /// The group member (its name and resource) that holds `server_id`:
+    /// the server itself, or the nested stack holding it.
+    fn member_of<'r>(
+        &self,
+        resources: &'r [Resource],
+        top_id: &StackId,
+        server_id: &str,
+        node: &str,
+    ) -> Result<(String, &'r Resource), HandlerError> {
+        let group = self.cfg.group_resource.as_str();
+        let server_res = resources
+            .iter()
+            .find(|r| r.physical_resource_id == server_id)
+            .ok_or_else(|| {
+                HandlerError::Permanent(format!(
+                    "server {server_id} of {node} is not in stack {top_id}"
+                ))
+            })?;
+        let member_name = if server_res.parent_resource.as_deref() == Some(group) {
+            server_res.resource_name.clone()
+        } else {
+            server_res.parent_resource.clone().ok_or_else(|| {
+                HandlerError::Permanent(format!("server {server_id} has no parent group member"))
+            })?
+        };
+        let member = resources
+            .iter()
+            .find(|r| r.resource_name == member_name && r.parent_resource.as_deref() == Some(group))
+            .ok_or_else(|| {
+                HandlerError::Permanent(format!(
+                    "{node} (server {server_id}) is not a member of group {group}"
+                ))
+            })?;
+        Ok((member_name, member))
+    }
+
+    /// `remove = "removal-policies"`: one stack PATCH, count - 1 and this
+    /// member in the removal policies.
+    async fn remove_by_policy(
+        &self,
+        top: &Stack,
+        member_name: &str,
+        node: &str,
+    ) -> Result<String, HandlerError> {
+        let top_id = top.stack_id();
+        let count = self.count_of(top)?;
+        let body = json!({ "parameters": {
+            self.cfg.count_param.clone(): (count - 1).max(0),
+            self.cfg.removal_policies_param.clone(): [{ "resource_list": [member_name] }],
+        }});
+        self.heat
+            .patch_stack(&top_id, &body)
+            .await
+            .map_err(to_handler_error)?;
+        self.wait(&top_id, top.updated_time.as_deref()).await?;
+        Ok(format!(
+            "stack {top_id}: {} {count} -> {} removing member {member_name} ({node})",
+            self.cfg.count_param,
+            (count - 1).max(0),
+        ))
+    }
+
+    /// `remove = "mark-unhealthy"`: mark the member, then signal the
+    /// scale-down policy.
+    async fn remove_marked(
+        &self,
+        top_id: &StackId,
+        member: &Resource,
+        member_name: &str,
+        req: &RemoveRequest,
+    ) -> Result<String, HandlerError> {
+        let group = self.settled_group(top_id).await?;
+        let owning = member.owning_stack().unwrap_or_else(|| group.stack_id());
+        let reason = format!(
+            "gearshift: {} drained for removal (op {})",
+            req.node, req.op
+        );
+        self.heat
+            .mark_unhealthy(&owning, member_name, &reason)
+            .await
+            .map_err(to_handler_error)?;
+        self.signal(
+            top_id,
+            self.cfg.scale_down_alarm_url.as_deref(),
+            &self.cfg.scale_down_policy,
+            &reason,
+        )
+        .await?;
+        self.wait(&group.stack_id(), group.updated_time.as_deref())
+            .await?;
+        Ok(format!(
+            "stack {top_id}: marked member {member_name} ({}) unhealthy and signalled {}",
+            req.node, self.cfg.scale_down_policy
+        ))
     }
 }
 
@@ -221,80 +320,14 @@ impl Handler for HeatHandler {
             .list_resources(&top_id, 2)
             .await
             .map_err(to_handler_error)?;
-        let server_res = resources
-            .iter()
-            .find(|r| r.physical_resource_id == server_id)
-            .ok_or_else(|| {
-                HandlerError::Permanent(format!(
-                    "server {server_id} of {} is not in stack {top_id}",
-                    req.node
-                ))
-            })?;
-        // The group's member is the server itself, or the nested stack holding it.
-        let member_name = if server_res.parent_resource.as_deref()
-            == Some(self.cfg.group_resource.as_str())
-        {
-            server_res.resource_name.clone()
-        } else {
-            server_res.parent_resource.clone().ok_or_else(|| {
-                HandlerError::Permanent(format!("server {server_id} has no parent group member"))
-            })?
-        };
-        let member = resources
-            .iter()
-            .find(|r| {
-                r.resource_name == member_name
-                    && r.parent_resource.as_deref() == Some(self.cfg.group_resource.as_str())
-            })
-            .ok_or_else(|| {
-                HandlerError::Permanent(format!(
-                    "{} (server {server_id}) is not a member of group {}",
-                    req.node, self.cfg.group_resource
-                ))
-            })?;
+        let (member_name, member) = self.member_of(&resources, &top_id, &server_id, &req.node)?;
         let detail = match self.cfg.remove {
             HeatRemove::RemovalPolicies => {
-                let count = self.count_of(&top)?;
-                let body = json!({ "parameters": {
-                    self.cfg.count_param.clone(): (count - 1).max(0),
-                    self.cfg.removal_policies_param.clone(): [{ "resource_list": [member_name] }],
-                }});
-                self.heat
-                    .patch_stack(&top_id, &body)
-                    .await
-                    .map_err(to_handler_error)?;
-                self.wait(&top_id, top.updated_time.as_deref()).await?;
-                format!(
-                    "stack {top_id}: {} {count} -> {} removing member {member_name} ({})",
-                    self.cfg.count_param,
-                    (count - 1).max(0),
-                    req.node
-                )
+                self.remove_by_policy(&top, &member_name, &req.node).await?
             }
             HeatRemove::MarkUnhealthy => {
-                let group = self.settled_group(&top_id).await?;
-                let owning = member.owning_stack().unwrap_or_else(|| group.stack_id());
-                let reason = format!(
-                    "gearshift: {} drained for removal (op {})",
-                    req.node, req.op
-                );
-                self.heat
-                    .mark_unhealthy(&owning, &member_name, &reason)
-                    .await
-                    .map_err(to_handler_error)?;
-                self.signal(
-                    &top_id,
-                    self.cfg.scale_down_alarm_url.as_deref(),
-                    &self.cfg.scale_down_policy,
-                    &reason,
-                )
-                .await?;
-                self.wait(&group.stack_id(), group.updated_time.as_deref())
-                    .await?;
-                format!(
-                    "stack {top_id}: marked member {member_name} ({}) unhealthy and signalled {}",
-                    req.node, self.cfg.scale_down_policy
-                )
+                self.remove_marked(&top_id, member, &member_name, req)
+                    .await?
             }
         };
         let gone = self

@@ -127,60 +127,43 @@ impl HeatViaNodeHandler {
                 }
                 Err(_) => return Ok(Answer::Silent),
             };
-            let decoded = match Envelope::decode(&delivery.payload) {
-                Ok(d) => d,
-                Err(e) => {
-                    tracing::warn!(%node, error = %e, "undecodable message on the node's event key; ignored");
-                    continue;
-                }
-            };
-            if decoded.envelope.from != node {
+            let Some(msg) = self.admit(node, &delivery.payload) else {
                 continue;
-            }
-            let envelope = match &self.keyring {
-                Some(kr) => match Gate::new(kr, TimePolicy::default()).admit_decoded(
-                    decoded,
-                    Expect::kinds(Kind::is_node_event),
-                    chrono::Utc::now(),
-                ) {
-                    Ok(a) => a.envelope,
-                    Err(r) => {
-                        tracing::warn!(%node, reason = r.reason, detail = %r.detail, "node event refused; ignored");
-                        continue;
-                    }
-                },
-                None => decoded.envelope,
             };
-            match envelope.msg {
-                Message::Done(d) if d.cmd == id => {
-                    return Ok(Answer::Done(format!("{node}: {:?}", d.result)));
-                }
-                Message::Failed(f) if f.cmd == id => {
-                    let msg = format!(
-                        "{node} could not signal Heat ({}): {}",
-                        action.as_str(),
-                        f.error
-                    );
-                    let err = if gearshift_cloud::error::heat_reason_names_quota(&f.error) {
-                        HandlerError::Quota(msg)
-                    } else if f.retryable && f.http_status == Some(409) {
-                        HandlerError::Busy(msg)
-                    } else if f.retryable {
-                        HandlerError::Transient(msg)
-                    } else {
-                        HandlerError::Permanent(msg)
-                    };
-                    return Ok(Answer::Error(err));
-                }
-                Message::Refused(r) if r.cmd == Some(id) => {
-                    return Ok(Answer::Error(HandlerError::Permanent(format!(
-                        "{node} refused cmd.heat_signal ({}): {}",
-                        r.reason, r.detail
-                    ))));
-                }
-                _ => {}
+            if let Some(answer) = answer_to(node, id, action, msg) {
+                return Ok(answer);
             }
         }
+    }
+
+    /// The message of a verified event of `node` in `payload`; `None` for
+    /// anything else on its event key (logged when refused).
+    fn admit(&self, node: &str, payload: &[u8]) -> Option<Message> {
+        let decoded = match Envelope::decode(payload) {
+            Ok(d) => d,
+            Err(e) => {
+                tracing::warn!(%node, error = %e, "undecodable message on the node's event key; ignored");
+                return None;
+            }
+        };
+        if decoded.envelope.from != node {
+            return None;
+        }
+        let envelope = match &self.keyring {
+            Some(kr) => match Gate::new(kr, TimePolicy::default()).admit_decoded(
+                decoded,
+                Expect::kinds(Kind::is_node_event),
+                chrono::Utc::now(),
+            ) {
+                Ok(a) => a.envelope,
+                Err(r) => {
+                    tracing::warn!(%node, reason = r.reason, detail = %r.detail, "node event refused; ignored");
+                    return None;
+                }
+            },
+            None => decoded.envelope,
+        };
+        Some(envelope.msg)
     }
 
     /// Asks `candidates` in turn until one answers.
@@ -284,5 +267,37 @@ impl Handler for HeatViaNodeHandler {
             detail: details.join("; "),
             gone: false,
         })
+    }
+}
+
+/// What `msg` answers to command `id` (asking the node for `action`), if
+/// it is the node's answer to it.
+fn answer_to(node: &str, id: uuid::Uuid, action: HeatAction, msg: Message) -> Option<Answer> {
+    match msg {
+        Message::Done(d) if d.cmd == id => Some(Answer::Done(format!("{node}: {:?}", d.result))),
+        Message::Failed(f) if f.cmd == id => {
+            let msg = format!(
+                "{node} could not signal Heat ({}): {}",
+                action.as_str(),
+                f.error
+            );
+            let err = if gearshift_cloud::error::heat_reason_names_quota(&f.error) {
+                HandlerError::Quota(msg)
+            } else if f.retryable && f.http_status == Some(409) {
+                HandlerError::Busy(msg)
+            } else if f.retryable {
+                HandlerError::Transient(msg)
+            } else {
+                HandlerError::Permanent(msg)
+            };
+            Some(Answer::Error(err))
+        }
+        Message::Refused(r) if r.cmd == Some(id) => {
+            Some(Answer::Error(HandlerError::Permanent(format!(
+                "{node} refused cmd.heat_signal ({}): {}",
+                r.reason, r.detail
+            ))))
+        }
+        _ => None,
     }
 }

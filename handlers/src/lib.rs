@@ -13,7 +13,9 @@
 //! - this file: the [`Handler`] trait and its request/answer types, the
 //!   [`HandlerError`] classes the sagas decide on, [`HandlerContext`] (what
 //!   the broker agent lends to handlers) and [`build`].
-//! - [`config`]: [`HandlerConfig`] (`type = "..."`) and `validate()`.
+//! - [`config`]: [`HandlerConfig`] (`type = "..."`) and `validate()`, with
+//!   the agents' one validation error, [`Invalid`]; the handlers on the
+//!   broker host (`config/local.rs`) and the OpenStack ones (`config/openstack.rs`).
 //! - one module per handler: [`log`], [`exec`], [`spool`], [`email`],
 //!   [`nova`], [`heat`], [`magnum`], [`heat_via_node`].
 //! - [`cloud`]: credentials to session, cloud errors to [`HandlerError`].
@@ -42,7 +44,7 @@ pub mod spool;
 
 use std::sync::Arc;
 
-pub use config::{ConfigError, HandlerConfig};
+pub use config::{HandlerConfig, Invalid};
 
 /// A node group: one (district, profile).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -314,7 +316,7 @@ impl HandlerContext {
 pub enum BuildError {
     /// The configuration is invalid.
     #[error("invalid handler configuration: {0}")]
-    Invalid(ConfigError),
+    Invalid(Invalid),
     /// Something the handler needs is missing or unreadable (credentials,
     /// a password file, the bus or signing key for `heat-via-node`).
     #[error("{0}")]

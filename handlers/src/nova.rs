@@ -300,6 +300,79 @@ impl NovaHandler {
     }
 }
 
+impl NovaHandler {
+    /// The lowest free `<base>_<N>` number.
+    fn free_number(&self, servers: &[(u32, Server)]) -> Result<u32, HandlerError> {
+        let used: std::collections::BTreeSet<u32> = servers.iter().map(|(n, _)| *n).collect();
+        (1..=self.cfg.max_nodes)
+            .find(|n| !used.contains(n))
+            .ok_or_else(|| {
+                HandlerError::Quota(format!(
+                    "every name {}_1..{}_{} is taken (max_nodes)",
+                    self.cfg.base_name, self.cfg.base_name, self.cfg.max_nodes
+                ))
+            })
+    }
+
+    /// The boot request of `host`: image and networks looked up by name,
+    /// the operation, node and group in its metadata.
+    async fn server_create(
+        &self,
+        req: &CreateRequest,
+        host: &str,
+        name: String,
+        flavor_id: String,
+        image_ref: &str,
+    ) -> Result<ServerCreate, HandlerError> {
+        let shape = &req.shape;
+        let session = self.nova.session();
+        let image_id = find_image(session, image_ref)
+            .await
+            .map_err(to_handler_error)?;
+        let mut network_ids = Vec::new();
+        for net in &shape.networks {
+            network_ids.push(find_network(session, net).await.map_err(to_handler_error)?);
+        }
+        let mut metadata = shape.metadata.clone();
+        metadata.insert(META_OP.into(), req.op.clone());
+        metadata.insert(META_NODE.into(), host.to_string());
+        metadata.insert(META_DISTRICT.into(), req.group.district.clone());
+        metadata.insert(META_PROFILE.into(), req.group.profile.clone());
+        metadata.insert(META_AGENT.into(), self.agent.clone());
+        Ok(ServerCreate {
+            name,
+            flavor_id,
+            image_id,
+            availability_zone: shape.availability_zone.clone(),
+            user_data: Some(self.user_data(shape, req, host)),
+            key_name: shape.key_name.clone(),
+            network_ids,
+            security_groups: shape.security_groups.clone(),
+            metadata,
+        })
+    }
+
+    /// Asks Nova for the server; a refused boot deletes its new volume.
+    async fn boot(
+        &self,
+        create: &ServerCreate,
+        volume: Option<&str>,
+    ) -> Result<String, HandlerError> {
+        match self.nova.create_server(create).await {
+            Ok(id) => Ok(id),
+            Err(e) => {
+                if let Some(v) = volume {
+                    // Do not leave an orphan volume behind a refused boot.
+                    if let Err(de) = self.cinder.delete_volume(v).await {
+                        tracing::warn!(volume = %v, error = %de, "could not delete the volume of a refused boot");
+                    }
+                }
+                Err(to_handler_error(e))
+            }
+        }
+    }
+}
+
 #[async_trait]
 impl Handler for NovaHandler {
     fn kind(&self) -> &'static str {
@@ -327,58 +400,17 @@ impl Handler for NovaHandler {
                 cap.detail
             )));
         }
-        let used: std::collections::BTreeSet<u32> = servers.iter().map(|(n, _)| *n).collect();
-        let n = (1..=self.cfg.max_nodes)
-            .find(|n| !used.contains(n))
-            .ok_or_else(|| {
-                HandlerError::Quota(format!(
-                    "every name {}_1..{}_{} is taken (max_nodes)",
-                    self.cfg.base_name, self.cfg.base_name, self.cfg.max_nodes
-                ))
-            })?;
+        let n = self.free_number(&servers)?;
         let host = self.host_name(n);
         let name = self.nova_name(n);
-        let session = self.nova.session();
-        let image_id = find_image(session, image_ref)
-            .await
-            .map_err(to_handler_error)?;
-        let mut network_ids = Vec::new();
-        for net in &shape.networks {
-            network_ids.push(find_network(session, net).await.map_err(to_handler_error)?);
-        }
+        let create = self
+            .server_create(req, &host, name.clone(), flavor_id, image_ref)
+            .await?;
         let volume = match shape.volume_gb {
             Some(_) => Some(self.ensure_volume(&host, shape, &req.op).await?),
             None => None,
         };
-        let mut metadata = shape.metadata.clone();
-        metadata.insert(META_OP.into(), req.op.clone());
-        metadata.insert(META_NODE.into(), host.clone());
-        metadata.insert(META_DISTRICT.into(), req.group.district.clone());
-        metadata.insert(META_PROFILE.into(), req.group.profile.clone());
-        metadata.insert(META_AGENT.into(), self.agent.clone());
-        let create = ServerCreate {
-            name: name.clone(),
-            flavor_id,
-            image_id,
-            availability_zone: shape.availability_zone.clone(),
-            user_data: Some(self.user_data(shape, req, &host)),
-            key_name: shape.key_name.clone(),
-            network_ids,
-            security_groups: shape.security_groups.clone(),
-            metadata,
-        };
-        let id = match self.nova.create_server(&create).await {
-            Ok(id) => id,
-            Err(e) => {
-                if let Some(v) = &volume {
-                    // Do not leave an orphan volume behind a refused boot.
-                    if let Err(de) = self.cinder.delete_volume(v).await {
-                        tracing::warn!(volume = %v, error = %de, "could not delete the volume of a refused boot");
-                    }
-                }
-                return Err(to_handler_error(e));
-            }
-        };
+        let id = self.boot(&create, volume.as_deref()).await?;
         tracing::info!(op = %req.op, server = %id, %name, %host, "server requested");
         if let Some(v) = &volume {
             self.nova

@@ -44,17 +44,20 @@
 //! - [`state`]: the flock-locked state directory: active flag, command
 //!   journal (the persisted replay guard), report sequence, atomic writes.
 //! - [`heat`]: Heat signals (alarm URLs, signal URL with a Keystone token,
-//!   mark-unhealthy).
-//! - [`config`]: `node.toml`, validated before any network access;
-//!   [`setup`]: from the file to an [`AgentConfig`].
+//!   mark-unhealthy), sent with `gearshift-cloud`'s Heat client.
+//! - [`config`]: `node.toml`, validated before any network access (the
+//!   `[bus]`, `[keys]`, `[log]` and `[metrics]` sections are the ones both
+//!   agents share, from `gearshift-service`); [`setup`]: from the file to
+//!   an [`AgentConfig`].
 //! - [`status`]: `gearshift-node status`, read from the state directory.
-//! - [`bus_link`]: a bus usable before its first connection succeeds.
+//! - The binary's bootstrap (configuration, exit codes, signals, reload, the
+//!   bus that connects in the background, one shutdown tree) is
+//!   `gearshift_service::bootstrap`, shared with the broker agent.
 //! - [`metrics`]: Prometheus counters and gauges.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod agent;
-pub mod bus_link;
 pub mod config;
 pub mod evacuate;
 pub mod heat;

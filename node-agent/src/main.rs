@@ -1,19 +1,21 @@
 //! `gearshift-node`: the node agent's command line.
 //!
-//! Exit codes: 0 success, 1 runtime failure, 2 bad configuration or usage.
+//! Exit codes (`gearshift_service::bootstrap`, the same for both agents):
+//! 0 success, 1 runtime failure, 2 bad configuration or usage.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Result, bail};
 use clap::{Parser, Subcommand};
-use gearshift_node::config::{DEFAULT_CONFIG_PATH, ENV_PREFIX, NodeConfig};
+use gearshift_node::config::{DEFAULT_CONFIG_PATH, NodeConfig};
 use gearshift_node::heat::{HeatSignaller, Signaller};
 use gearshift_node::metrics::Metrics;
-use gearshift_node::{Agent, RunExit, bus_link, runtime, setup, status};
+use gearshift_node::{Agent, RunExit, runtime, setup, status};
 use gearshift_proto::msg::HeatAction;
-use gearshift_pushstats::{PushMetrics, PushStatsArgs, Pusher};
-use gearshift_service::{http, logging, notify, shutdown::Shutdown};
+use gearshift_pushstats::{PushMetrics, PushStatsArgs};
+use gearshift_service::bootstrap::{self, Failure, Service};
+use gearshift_service::logging;
 
 #[derive(Parser)]
 #[command(
@@ -85,35 +87,13 @@ enum Cmd {
     },
 }
 
-/// A failure with its exit code.
-struct Failure {
-    code: u8,
-    error: anyhow::Error,
-}
-
-fn usage(e: impl Into<anyhow::Error>) -> Failure {
-    Failure {
-        code: 2,
-        error: e.into(),
-    }
-}
-
-fn runtime_failure(e: impl Into<anyhow::Error>) -> Failure {
-    Failure {
-        code: 1,
-        error: e.into(),
-    }
-}
-
-fn load_config(path: &Path) -> Result<NodeConfig, Failure> {
-    gearshift_service::config::load::<NodeConfig>(path, ENV_PREFIX).map_err(usage)
-}
-
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let r = match cli.cmd {
         Cmd::Run { config, log_format } => tokio_main(run(config, log_format)),
-        Cmd::CheckConfig { file } => check_config(&file),
+        Cmd::CheckConfig { file } => {
+            bootstrap::check_config::<NodeConfig>(&file, missing_key_files)
+        }
         Cmd::Status {
             config,
             state_dir,
@@ -125,16 +105,15 @@ fn main() -> ExitCode {
             reason,
             dry_run,
         } => tokio_main(heat_signal(config, action, reason, dry_run)),
-        Cmd::Keygen { dir, name, force } => keygen(&dir, &name, force),
+        Cmd::Keygen { dir, name, force } => bootstrap::keygen(
+            &dir,
+            &name,
+            force,
+            "Give the public key to the broker agent (its trusted node keys).",
+        ),
         Cmd::PushStats(args) => tokio_main(push_stats(args)),
     };
-    match r {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(f) => {
-            eprintln!("gearshift-node: {:#}", f.error);
-            ExitCode::from(f.code)
-        }
-    }
+    bootstrap::exit("gearshift-node", r)
 }
 
 fn tokio_main(fut: impl std::future::Future<Output = Result<(), Failure>>) -> Result<(), Failure> {
@@ -142,62 +121,33 @@ fn tokio_main(fut: impl std::future::Future<Output = Result<(), Failure>>) -> Re
     // one per core: 64 on a large node host, each with its stack and
     // queues). The agent handles a few messages a second; file and gear
     // work runs on the blocking pool, which grows on demand.
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .map_err(runtime_failure)?;
-    rt.block_on(fut)
+    bootstrap::block_on(Some(1), fut)
 }
 
-fn check_config(file: &Path) -> Result<(), Failure> {
-    let cfg = load_config(file)?;
-    // Files the agent will need: warn, but the file itself is valid.
-    let mut warnings = Vec::new();
-    let mut check = |key: &str, p: &Path| {
-        if !p.exists() {
-            warnings.push(format!("{key}: {} does not exist (yet)", p.display()));
-        }
-    };
-    check("keys.signing_key", &cfg.keys.signing_key);
-    for p in &cfg.keys.broker_keys {
-        check("keys.broker_keys", p);
-    }
-    for p in &cfg.keys.operator_keys {
-        check("keys.operator_keys", p);
-    }
-    for p in &cfg.keys.client_keys {
-        check("keys.client_keys", p);
-    }
-    for w in &warnings {
-        eprintln!("warning: {w}");
-    }
-    println!("{}: ok", file.display());
-    Ok(())
+/// `check-config`'s warnings: key files the agent will need that do not
+/// exist (yet); the file itself is valid.
+fn missing_key_files(cfg: &NodeConfig) -> Vec<String> {
+    let signing = std::iter::once(("signing_key", cfg.keys.signing_key.as_path()));
+    let trusted = cfg.keys.every_key().map(|(key, _, p)| (key, p));
+    signing
+        .chain(trusted)
+        .filter(|(_, p)| !p.exists())
+        .map(|(key, p)| format!("keys.{key}: {} does not exist (yet)", p.display()))
+        .collect()
 }
 
 fn show_status(config: &Path, state_dir: Option<PathBuf>, json: bool) -> Result<(), Failure> {
     let dir = match state_dir {
         Some(d) => d,
-        None => load_config(config)?.state.dir,
+        None => bootstrap::load::<NodeConfig>(config)?.state.dir,
     };
-    let s = status::read(&dir).map_err(runtime_failure)?;
+    let s = status::read(&dir).map_err(Failure::runtime)?;
     if json {
-        let text = serde_json::to_string_pretty(&s).map_err(runtime_failure)?;
+        let text = serde_json::to_string_pretty(&s).map_err(Failure::runtime)?;
         println!("{text}");
     } else {
         print!("{}", status::render(&s));
     }
-    Ok(())
-}
-
-fn keygen(dir: &Path, name: &str, force: bool) -> Result<(), Failure> {
-    let (key, public, pair) =
-        gearshift_service::keys::write_keypair(dir, name, force).map_err(runtime_failure)?;
-    println!("private key: {} (mode 0600)", key.display());
-    println!("public key:  {}", public.display());
-    println!("key id:      {}", pair.id());
-    println!("Give the public key to the broker agent (its trusted node keys).");
     Ok(())
 }
 
@@ -207,17 +157,16 @@ async fn heat_signal(
     reason: String,
     dry_run: bool,
 ) -> Result<(), Failure> {
-    let cfg = load_config(&config)?;
-    let action = HeatAction::from_str_name(&action).map_err(usage)?;
-    let name = setup::node_name(&cfg).map_err(usage)?;
-    let s = HeatSignaller::new(&cfg.heat, &name).map_err(|e| usage(anyhow::anyhow!(e)))?;
-    s.check_configured(action)
-        .map_err(|e| usage(anyhow::anyhow!(e)))?;
+    let cfg = bootstrap::load::<NodeConfig>(&config)?;
+    let action = HeatAction::from_str_name(&action).map_err(Failure::config)?;
+    let name = setup::node_name(&cfg).map_err(Failure::config)?;
+    let s = HeatSignaller::new(&cfg.heat, &name).map_err(Failure::config)?;
+    s.check_configured(action).map_err(Failure::config)?;
     if dry_run {
         println!(
             "{}",
             s.describe(action, &reason)
-                .map_err(|e| usage(anyhow::anyhow!(e.message)))?
+                .map_err(|e| Failure::config(e.message))?
         );
         return Ok(());
     }
@@ -226,7 +175,7 @@ async fn heat_signal(
             println!("{}: HTTP {} {}", action.as_str(), o.status, o.detail);
             Ok(())
         }
-        Err(e) => Err(runtime_failure(anyhow::anyhow!(
+        Err(e) => Err(Failure::runtime(format!(
             "{} failed{}: {} ({})",
             action.as_str(),
             e.http_status
@@ -242,45 +191,43 @@ async fn heat_signal(
     }
 }
 
+/// `push-stats`: one push, like cfn-push-stats.
 async fn push_stats(args: PushStatsArgs) -> Result<(), Failure> {
     match gearshift_pushstats::run_push_stats(&args).await {
         Ok(report) => {
-            for line in &report.dry_run {
-                println!("{line}");
-            }
-            for t in &report.targets {
-                println!(
-                    "{}: {} samples pushed ({} attempts)",
-                    t.target, t.samples, t.attempts
-                );
-            }
+            report.lines().iter().for_each(|l| println!("{l}"));
             Ok(())
         }
-        Err(e) if e.is_usage() => Err(usage(e)),
-        Err(e) => Err(runtime_failure(e)),
+        Err(e) if e.is_usage() => Err(Failure::config(e)),
+        Err(e) => Err(Failure::runtime(e)),
     }
 }
 
 /// Starts the pull-mode pusher when `[push_stats]` is enabled, fed with
-/// every report the agent builds.
+/// every report the agent builds; returns its metrics.
 fn start_push_stats(
+    service: &Service<NodeConfig>,
     cfg: &NodeConfig,
     agent: &Agent,
-    token: &tokio_util::sync::CancellationToken,
-) -> Result<Option<(Pusher, PushMetrics)>, Failure> {
+) -> Result<Option<PushMetrics>, Failure> {
     let push_metrics = PushMetrics::new();
+    let token = service.token().clone();
     let Some(pusher) = cfg
         .push_stats
-        .start(Some(agent.name()), push_metrics.clone(), token.clone())
-        .map_err(usage)?
+        .start_in(
+            Some(agent.name()),
+            push_metrics.clone(),
+            token.clone(),
+            service.tracker(),
+        )
+        .map_err(Failure::config)?
     else {
         return Ok(None);
     };
     let handle = pusher.handle();
     let mut reports = agent.reports();
     let ps = cfg.push_stats.clone();
-    let token = token.clone();
-    tokio::spawn(async move {
+    service.spawn(async move {
         loop {
             tokio::select! {
                 r = reports.changed() => if r.is_err() { return },
@@ -292,7 +239,29 @@ fn start_push_stats(
             }
         }
     });
-    Ok(Some((pusher, push_metrics)))
+    Ok(Some(push_metrics))
+}
+
+/// Serves `/metrics` (with the pusher's counters) when `[metrics] listen` is set.
+async fn serve_metrics(
+    service: &Service<NodeConfig>,
+    cfg: &NodeConfig,
+    metrics: &Metrics,
+    push_metrics: Option<PushMetrics>,
+) -> Result<(), Failure> {
+    let Some(addr) = cfg.metrics.listen else {
+        return Ok(());
+    };
+    let registry = metrics.registry();
+    if let Some(pm) = &push_metrics {
+        let mut r = registry.lock().unwrap_or_else(|p| p.into_inner());
+        pm.register(r.sub_registry_with_prefix("gearshift_node"));
+    }
+    let bound = service
+        .serve(addr, gearshift_service::http::metrics_router(registry))
+        .await?;
+    tracing::info!(%bound, "serving /metrics");
+    Ok(())
 }
 
 trait HeatActionExt: Sized {
@@ -314,50 +283,25 @@ impl HeatActionExt for HeatAction {
 }
 
 async fn run(config: PathBuf, log_format: Option<logging::LogFormat>) -> Result<(), Failure> {
-    let cfg = load_config(&config)?;
-    logging::init(log_format.unwrap_or(cfg.log.format), &cfg.log.level);
+    let (service, cfg) = Service::<NodeConfig>::start(&config, log_format)?;
     let metrics = Metrics::default();
-    let acfg = setup::agent_config(&cfg, metrics.clone()).map_err(usage)?;
+    let acfg = setup::agent_config(&cfg, metrics.clone()).map_err(Failure::config)?;
     let name = acfg.name.clone();
-    let rt = runtime::from_config(&cfg, &name).map_err(usage)?;
-    let shutdown = Shutdown::new();
-    shutdown
-        .listen_for_signals()
-        .context("cannot install signal handlers")
-        .map_err(runtime_failure)?;
-    let bus = bus_link::LazyBus::spawn(
-        cfg.bus.url.clone(),
-        cfg.connect_options(&name),
-        shutdown.token.clone(),
-    );
+    let rt = runtime::from_config(&cfg, &name).map_err(Failure::config)?;
+    let bus = service.lazy_bus(cfg.bus.url.clone(), cfg.connect_options(&name));
     // Locks the state directory: a second agent stops here, before any work.
-    let agent = Agent::new(acfg, bus.clone(), rt).map_err(runtime_failure)?;
-    let push_stats = start_push_stats(&cfg, &agent, &shutdown.token)?;
-    if let Some(addr) = cfg.metrics.listen {
-        let registry = metrics.registry();
-        if let Some((_, pm)) = &push_stats {
-            let mut r = registry.lock().unwrap_or_else(|p| p.into_inner());
-            pm.register(r.sub_registry_with_prefix("gearshift_node"));
-        }
-        let router = http::metrics_router(registry);
-        let (bound, _task) = http::serve(addr, router, shutdown.token.clone())
-            .await
-            .with_context(|| format!("metrics.listen {addr}"))
-            .map_err(runtime_failure)?;
-        tracing::info!(%bound, "serving /metrics");
-    }
-    spawn_reloader(
-        &shutdown,
-        config.clone(),
-        agent.clone(),
-        metrics.clone(),
-        cfg.clone(),
-    );
+    // Hook: the agent spawns its loops on a tracker of its own today; once
+    // `Agent::new` takes one, pass `service.tracker().clone()`.
+    let agent = Agent::new(acfg, bus.clone(), rt).map_err(Failure::runtime)?;
+    let push_metrics = start_push_stats(&service, &cfg, &agent)?;
+    serve_metrics(&service, &cfg, &metrics, push_metrics).await?;
+    reload_on_sighup(&service, agent.clone(), metrics, cfg.clone());
     let a = agent.clone();
-    notify::spawn_watchdog(shutdown.token.clone(), move || a.healthy());
-    notify::ready(&format!("node {name}: running"));
-    let exit = agent.run(shutdown.token.clone()).await;
-    notify::stopping();
+    service.ready(&format!("node {name}: running"), move || a.healthy());
+    // The agent runs on this task until SIGTERM or `cmd.remove`, and drains
+    // its own in-flight work within service.shutdown_grace.
+    let exit = agent.run(service.token().clone()).await;
+    service.stop(cfg.service.shutdown_grace).await;
     bus.close().await;
     match exit {
         RunExit::Stopped => tracing::info!("stopped"),
@@ -366,49 +310,30 @@ async fn run(config: PathBuf, log_format: Option<logging::LogFormat>) -> Result<
     Ok(())
 }
 
-fn spawn_reloader(
-    shutdown: &Shutdown,
-    path: PathBuf,
+/// SIGHUP: the new file is checked and its keys loaded before the agent
+/// takes it; sections that only apply at start are reported.
+fn reload_on_sighup(
+    service: &Service<NodeConfig>,
     agent: Agent,
     metrics: Metrics,
     mut current: NodeConfig,
 ) {
-    let mut reloads = shutdown.reloads();
-    let token = shutdown.token.clone();
-    tokio::spawn(async move {
-        loop {
-            tokio::select! {
-                r = reloads.changed() => if r.is_err() { return },
-                _ = token.cancelled() => return,
-            }
-            let loaded = gearshift_service::config::load::<NodeConfig>(&path, ENV_PREFIX)
-                .map_err(|e| e.to_string())
-                .and_then(|cfg| {
-                    setup::agent_config(&cfg, metrics.clone())
-                        .map(|a| (cfg, a))
-                        .map_err(|e| e.to_string())
-                });
-            match loaded {
-                Ok((cfg, acfg)) => {
-                    for (section, changed) in [
-                        ("[bus]", cfg.bus != current.bus),
-                        ("[state]", cfg.state != current.state),
-                        ("[runtime]", cfg.runtime != current.runtime),
-                        ("[metrics]", cfg.metrics != current.metrics),
-                        ("[log]", cfg.log != current.log),
-                        ("[service]", cfg.service != current.service),
-                    ] {
-                        if changed {
-                            tracing::warn!(section, "changed, but only applies after a restart");
-                        }
-                    }
-                    agent.reload(acfg);
-                    current = cfg;
-                }
-                Err(e) => {
-                    tracing::error!(error = %e, "reload refused: keeping the running configuration")
-                }
+    service.on_reload(move |cfg: NodeConfig| {
+        let acfg = setup::agent_config(&cfg, metrics.clone()).map_err(|e| e.to_string())?;
+        for (section, changed) in [
+            ("[bus]", cfg.bus != current.bus),
+            ("[state]", cfg.state != current.state),
+            ("[runtime]", cfg.runtime != current.runtime),
+            ("[metrics]", cfg.metrics != current.metrics),
+            ("[log]", cfg.log != current.log),
+            ("[service]", cfg.service != current.service),
+        ] {
+            if changed {
+                tracing::warn!(section, "changed, but only applies after a restart");
             }
         }
+        agent.reload(acfg);
+        current = cfg;
+        Ok(())
     });
 }

@@ -1,10 +1,8 @@
 //! From the configuration file to a runnable agent: the node's name, key
 //! files, `booted_for`, the runtime and the Heat signaller.
 
-use std::path::Path;
 use std::sync::Arc;
 
-use gearshift_proto::msg::Role;
 use thiserror::Error;
 
 use crate::agent::AgentConfig;
@@ -18,7 +16,7 @@ pub enum SetupError {
     #[error("{key}: {source}")]
     Keys {
         /// Config key naming the file.
-        key: &'static str,
+        key: String,
         /// The error.
         source: gearshift_service::keys::KeyFileError,
     },
@@ -124,33 +122,18 @@ pub fn agent_config(cfg: &NodeConfig, metrics: Metrics) -> Result<AgentConfig, S
     let keypair =
         gearshift_service::keys::load_keypair(&cfg.keys.signing_key).map_err(|source| {
             SetupError::Keys {
-                key: "keys.signing_key",
+                key: "keys.signing_key".into(),
                 source,
             }
         })?;
-    let mut entries: Vec<(Role, &Path, &'static str)> = Vec::new();
-    entries.extend(
-        cfg.keys
-            .broker_keys
-            .iter()
-            .map(|p| (Role::Broker, p.as_path(), "keys.broker_keys")),
-    );
-    entries.extend(
-        cfg.keys
-            .operator_keys
-            .iter()
-            .map(|p| (Role::Operator, p.as_path(), "keys.operator_keys")),
-    );
-    entries.extend(
-        cfg.keys
-            .client_keys
-            .iter()
-            .map(|p| (Role::Client, p.as_path(), "keys.client_keys")),
-    );
     let mut keyring = gearshift_proto::Keyring::new();
-    for (role, path, key) in entries {
-        gearshift_service::keys::trust(&mut keyring, path, role)
-            .map_err(|source| SetupError::Keys { key, source })?;
+    for (key, role, path) in cfg.keys.every_key() {
+        gearshift_service::keys::trust(&mut keyring, path, role).map_err(|source| {
+            SetupError::Keys {
+                key: format!("keys.{key}"),
+                source,
+            }
+        })?;
     }
     let mut a = AgentConfig::new(name, keypair, keyring, cfg.state.dir.clone());
     a.time_window = cfg.keys.time_window;

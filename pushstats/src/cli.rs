@@ -24,7 +24,6 @@ use crate::cloudwatch::{encode_form, form_params};
 use crate::config::{CloudWatchConfig, GnocchiConfig, PushStatsConfig};
 use crate::error::PushError;
 use crate::gnocchi::plan;
-use crate::pusher::backoff;
 use crate::sample::{Sample, Unit};
 
 /// Largest report file read by `--from-report`.
@@ -81,7 +80,7 @@ pub struct PushStatsArgs {
     /// Push a node's whole metric set from a saved NodeReport (JSON).
     #[arg(long, value_name = "FILE")]
     pub from_report: Option<PathBuf>,
-    /// Take targets and dimensions from the [push_stats] section of an
+    /// Take targets and dimensions from the `[push_stats]` section of an
     /// agent's configuration file (options below override it).
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
@@ -183,6 +182,21 @@ pub struct PushReport {
     pub dry_run: Vec<String>,
 }
 
+impl PushReport {
+    /// The lines `push-stats` prints: the dry run's requests, then one
+    /// line per target pushed to.
+    pub fn lines(&self) -> Vec<String> {
+        let mut out = self.dry_run.clone();
+        out.extend(self.targets.iter().map(|t| {
+            format!(
+                "{}: {} samples pushed ({} attempts)",
+                t.target, t.samples, t.attempts
+            )
+        }));
+        out
+    }
+}
+
 /// Merges the options into a configuration (the `--config` file's section,
 /// or the defaults) and builds the samples.
 pub fn resolve(
@@ -196,57 +210,8 @@ pub fn resolve(
     if let Some(u) = args.event_unit {
         cfg.event_unit = u;
     }
-    if let Some(url) = &args.url {
-        cfg.cloudwatch
-            .get_or_insert_with(CloudWatchConfig::default)
-            .endpoint = url.clone();
-    }
-    if let Some(cw) = cfg.cloudwatch.as_mut() {
-        if let Some(f) = &args.credential_file {
-            cw.credential_file = f.clone();
-            cw.access_key_id = None;
-            cw.secret_access_key = None;
-        }
-        if let Some(r) = &args.region {
-            cw.region = r.clone();
-        }
-        if let Some(n) = &args.namespace {
-            cw.namespace = n.clone();
-        }
-        if !args.watch.is_empty() {
-            cw.alarm_names = args.watch.clone();
-        }
-    } else if !args.watch.is_empty() {
-        return Err(PushError::Config(
-            "--watch names a CloudWatch alarm: give --url (or a config with [push_stats.cloudwatch])".into(),
-        ));
-    }
-    if args.gnocchi || args.gnocchi_url.is_some() {
-        cfg.gnocchi.get_or_insert_with(GnocchiConfig::default);
-    }
-    if let Some(g) = cfg.gnocchi.as_mut() {
-        if let Some(u) = &args.gnocchi_url {
-            g.endpoint = Some(u.clone());
-        }
-        if let Some(c) = &args.os_cloud {
-            g.cloud = Some(c.clone());
-        }
-        if let Some(f) = &args.os_env_file {
-            g.auth_env_file = Some(f.clone());
-        }
-        if let Some(r) = &args.resource_id {
-            g.resource_id = Some(r.clone());
-        }
-        if let Some(t) = &args.resource_type {
-            g.resource_type = t.clone();
-        }
-        if let Some(a) = &args.archive_policy {
-            g.archive_policy = Some(a.clone());
-        }
-        if args.no_create {
-            g.create_missing = false;
-        }
-    }
+    apply_cloudwatch_args(&mut cfg, args)?;
+    apply_gnocchi_args(&mut cfg, args);
     for (k, v) in &args.dimensions {
         cfg.dimensions.insert(k.clone(), v.clone());
     }
@@ -267,8 +232,80 @@ pub fn resolve(
     check.enabled = true;
     check
         .validate()
-        .map_err(|i| PushError::Config(format!("{}: {}", i.key, i.reason)))?;
+        .map_err(|i| PushError::Config(i.to_string()))?;
+    let (samples, default_resource) = samples_of(&cfg, args)?;
+    Ok((cfg, samples, default_resource))
+}
 
+/// `--url`, `--credential-file`, `--region`, `--namespace`, `--watch`.
+fn apply_cloudwatch_args(cfg: &mut PushStatsConfig, args: &PushStatsArgs) -> Result<(), PushError> {
+    if let Some(url) = &args.url {
+        cfg.cloudwatch
+            .get_or_insert_with(CloudWatchConfig::default)
+            .endpoint = url.clone();
+    }
+    let Some(cw) = cfg.cloudwatch.as_mut() else {
+        if !args.watch.is_empty() {
+            return Err(PushError::Config(
+                "--watch names a CloudWatch alarm: give --url (or a config with [push_stats.cloudwatch])".into(),
+            ));
+        }
+        return Ok(());
+    };
+    if let Some(f) = &args.credential_file {
+        cw.credential_file = f.clone();
+        cw.access_key_id = None;
+        cw.secret_access_key = None;
+    }
+    if let Some(r) = &args.region {
+        cw.region = r.clone();
+    }
+    if let Some(n) = &args.namespace {
+        cw.namespace = n.clone();
+    }
+    if !args.watch.is_empty() {
+        cw.alarm_names = args.watch.clone();
+    }
+    Ok(())
+}
+
+/// `--gnocchi`, `--gnocchi-url` and the Keystone and resource options.
+fn apply_gnocchi_args(cfg: &mut PushStatsConfig, args: &PushStatsArgs) {
+    if args.gnocchi || args.gnocchi_url.is_some() {
+        cfg.gnocchi.get_or_insert_with(GnocchiConfig::default);
+    }
+    let Some(g) = cfg.gnocchi.as_mut() else {
+        return;
+    };
+    if let Some(u) = &args.gnocchi_url {
+        g.endpoint = Some(u.clone());
+    }
+    if let Some(c) = &args.os_cloud {
+        g.cloud = Some(c.clone());
+    }
+    if let Some(f) = &args.os_env_file {
+        g.auth_env_file = Some(f.clone());
+    }
+    if let Some(r) = &args.resource_id {
+        g.resource_id = Some(r.clone());
+    }
+    if let Some(t) = &args.resource_type {
+        g.resource_type = t.clone();
+    }
+    if let Some(a) = &args.archive_policy {
+        g.archive_policy = Some(a.clone());
+    }
+    if args.no_create {
+        g.create_missing = false;
+    }
+}
+
+/// The samples the options ask for, stamped now, and the default Gnocchi
+/// resource (the report's node).
+fn samples_of(
+    cfg: &PushStatsConfig,
+    args: &PushStatsArgs,
+) -> Result<(Vec<Sample>, Option<String>), PushError> {
     let mut samples = Vec::new();
     let mut default_resource = None;
     if let Some(path) = &args.from_report {
@@ -279,7 +316,7 @@ pub fn resolve(
     }
     if let (Some(name), Some(value)) = (&args.metric, args.value) {
         samples.push(decorate(
-            &cfg,
+            cfg,
             Sample::new(name.clone(), value, args.units.unwrap_or(Unit::NONE)),
         ));
     }
@@ -287,7 +324,7 @@ pub fn resolve(
         samples.extend(cfg.heartbeat());
     }
     if args.service_failure {
-        samples.push(decorate(&cfg, Sample::service_failure(cfg.event_unit)));
+        samples.push(decorate(cfg, Sample::service_failure(cfg.event_unit)));
     }
     if samples.is_empty() {
         return Err(PushError::Config(
@@ -299,7 +336,7 @@ pub fn resolve(
         s.timestamp.get_or_insert(now);
         s.validate()?;
     }
-    Ok((cfg, samples, default_resource))
+    Ok((samples, default_resource))
 }
 
 fn decorate(cfg: &PushStatsConfig, mut s: Sample) -> Sample {
@@ -380,7 +417,11 @@ pub async fn run_push_stats(args: &PushStatsArgs) -> Result<PushReport, PushErro
                     break;
                 }
                 Err(e) if e.is_retryable() && attempts < args.attempts => {
-                    let d = backoff(attempts, Duration::from_secs(1), Duration::from_secs(10));
+                    let d = gearshift_bus::backoff(
+                        attempts.saturating_sub(1),
+                        Duration::from_secs(1),
+                        Duration::from_secs(10),
+                    );
                     tracing::warn!(target = sink.target(), attempt = attempts, error = %e, retry_in = ?d, "push failed; retrying");
                     tokio::time::sleep(d).await;
                 }

@@ -15,10 +15,13 @@
 use std::time::Duration;
 
 use chrono::{DateTime, SecondsFormat, Utc};
+use gearshift_cloud::Service;
+use gearshift_cloud::http::{HttpClient, Method};
 use percent_encoding::percent_decode_str;
 
 use crate::credentials::AwsCredentials;
-use crate::error::{PushError, bounded, transport};
+use crate::error::{PushError, bounded};
+use crate::http::transport;
 use crate::sample::Sample;
 use crate::sigv4::{self, Scope, SignableRequest, uri_encode};
 
@@ -28,8 +31,6 @@ pub const API_VERSION: &str = "2010-08-01";
 pub const SIGNING_SERVICE: &str = "monitoring";
 /// Data per request: AWS takes 1000 today, Heat's API and old CloudWatch 20.
 pub const DEFAULT_MAX_PER_REQUEST: usize = 20;
-/// Largest response body read.
-const MAX_RESPONSE: usize = 64 * 1024;
 
 const TARGET: &str = "cloudwatch";
 
@@ -95,7 +96,7 @@ pub struct PreparedRequest {
 /// The client.
 #[derive(Debug, Clone)]
 pub struct CloudWatchClient {
-    http: reqwest::Client,
+    http: HttpClient,
     opts: CloudWatchOptions,
     creds: AwsCredentials,
 }
@@ -203,13 +204,7 @@ impl CloudWatchClient {
                 "max_per_request must be at least 1".into(),
             ));
         }
-        let http = reqwest::Client::builder()
-            .timeout(opts.timeout)
-            .connect_timeout(opts.timeout.min(Duration::from_secs(10)))
-            .user_agent(concat!("gearshift-pushstats/", env!("CARGO_PKG_VERSION")))
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-            .map_err(|e| PushError::Config(format!("cannot build HTTP client: {e}")))?;
+        let http = crate::http::client(opts.timeout, None, false)?;
         Ok(CloudWatchClient { http, opts, creds })
     }
 
@@ -298,27 +293,29 @@ impl CloudWatchClient {
     }
 
     async fn send(&self, req: PreparedRequest) -> Result<(), PushError> {
-        let mut r = self.http.post(&req.url);
-        for (k, v) in &req.headers {
-            r = r.header(k, v);
-        }
-        let mut resp = r
-            .body(req.body)
-            .send()
+        let headers: Vec<(&str, &str)> = req
+            .headers
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        let resp = self
+            .http
+            .send_bytes(
+                Service::CloudWatch,
+                Method::POST,
+                &req.url,
+                &headers,
+                req.body.into_bytes(),
+            )
             .await
-            .map_err(|e| transport(TARGET, &e))?;
-        let status = resp.status().as_u16();
-        let mut body = Vec::new();
-        while let Some(chunk) = resp.chunk().await.map_err(|e| transport(TARGET, &e))? {
-            if body.len() + chunk.len() > MAX_RESPONSE {
-                break;
-            }
-            body.extend_from_slice(&chunk);
-        }
-        if (200..300).contains(&status) {
+            .map_err(|e| transport(TARGET, e))?;
+        if resp.status.is_success() {
             return Ok(());
         }
-        Err(classify(status, &String::from_utf8_lossy(&body)))
+        Err(classify(
+            resp.status.as_u16(),
+            &String::from_utf8_lossy(&resp.body),
+        ))
     }
 }
 

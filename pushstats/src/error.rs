@@ -133,28 +133,6 @@ pub(crate) fn bounded(s: &str) -> String {
     format!("{}...", &s[..end])
 }
 
-/// Describes a reqwest error with its sources (no URL query strings).
-pub(crate) fn transport(target: &'static str, e: &reqwest::Error) -> PushError {
-    let what = if e.is_timeout() {
-        "timed out"
-    } else if e.is_connect() {
-        "connection failed"
-    } else {
-        "request failed"
-    };
-    let mut msg = what.to_string();
-    let mut src: Option<&dyn std::error::Error> = std::error::Error::source(e);
-    while let Some(s) = src {
-        msg.push_str(": ");
-        msg.push_str(&s.to_string());
-        src = s.source();
-    }
-    PushError::Transport {
-        target,
-        message: bounded(&msg),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -30,18 +30,17 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use chrono::{DateTime, SecondsFormat, Utc};
-use gearshift_cloud::Session;
 use gearshift_cloud::auth::Token;
-use reqwest::Method;
+use gearshift_cloud::http::{HttpClient, Method};
+use gearshift_cloud::{Service, Session};
 use serde_json::{Value, json};
 
-use crate::error::{PushError, bounded, transport};
+use crate::error::{PushError, bounded};
+use crate::http::transport;
 use crate::sample::{Sample, Unit};
 use crate::sigv4::uri_encode;
 
 const TARGET: &str = "gnocchi";
-/// Largest response body read.
-const MAX_RESPONSE: usize = 64 * 1024;
 /// The catalog type of Gnocchi.
 pub const CATALOG_TYPE: &str = "metric";
 
@@ -82,7 +81,7 @@ pub struct MeasuresRequest {
 /// The client.
 #[derive(Debug, Clone)]
 pub struct GnocchiClient {
-    http: reqwest::Client,
+    http: HttpClient,
     session: Session,
     opts: GnocchiOptions,
 }
@@ -178,29 +177,7 @@ impl GnocchiClient {
             )));
         }
         let creds = session.credentials();
-        let mut b = reqwest::Client::builder()
-            .timeout(opts.timeout)
-            .connect_timeout(opts.timeout.min(Duration::from_secs(10)))
-            .user_agent(concat!("gearshift-pushstats/", env!("CARGO_PKG_VERSION")))
-            .redirect(reqwest::redirect::Policy::none());
-        if let Some(path) = &creds.cacert {
-            let pem = std::fs::read(path).map_err(|e| {
-                PushError::Config(format!("cannot read CA file {}: {e}", path.display()))
-            })?;
-            let certs = reqwest::Certificate::from_pem_bundle(&pem).map_err(|e| {
-                PushError::Config(format!("invalid CA file {}: {e}", path.display()))
-            })?;
-            for c in certs {
-                b = b.add_root_certificate(c);
-            }
-        }
-        if creds.insecure {
-            tracing::warn!("TLS certificate verification is disabled for Gnocchi (insecure)");
-            b = b.tls_danger_accept_invalid_certs(true);
-        }
-        let http = b
-            .build()
-            .map_err(|e| PushError::Config(format!("cannot build HTTP client: {e}")))?;
+        let http = crate::http::client(opts.timeout, creds.cacert.clone(), creds.insecure)?;
         Ok(GnocchiClient {
             http,
             session,
@@ -314,23 +291,19 @@ impl GnocchiClient {
         loop {
             let token = self.session.token().await?;
             let url = format!("{}{path}", self.endpoint(&token).await?);
-            let mut resp = self
+            let resp = self
                 .http
-                .request(method.clone(), &url)
-                .header("X-Auth-Token", token.value.expose())
-                .header("Accept", "application/json")
-                .json(body)
-                .send()
+                .send(
+                    Service::Metric,
+                    method.clone(),
+                    &url,
+                    &[("X-Auth-Token", token.value.expose())],
+                    Some(body),
+                )
                 .await
-                .map_err(|e| transport(TARGET, &e))?;
-            let status = resp.status().as_u16();
-            let mut buf = Vec::new();
-            while let Some(chunk) = resp.chunk().await.map_err(|e| transport(TARGET, &e))? {
-                if buf.len() + chunk.len() > MAX_RESPONSE {
-                    break;
-                }
-                buf.extend_from_slice(&chunk);
-            }
+                .map_err(|e| transport(TARGET, e))?;
+            let status = resp.status.as_u16();
+            let buf = resp.body;
             tracing::debug!(%method, %url, status, "gnocchi call");
             if status == 401 && !retried {
                 tracing::info!("Gnocchi refused the token (401); authenticating again");

@@ -16,10 +16,12 @@
 //! - [`credentials`]: `cfn-credentials` files and access keys.
 //! - [`cloudwatch`]: `PutMetricData` over the AWS query API.
 //! - [`gnocchi`]: measures to Gnocchi with a Keystone token (via `gearshift-cloud`).
+//! - `http`: both targets' HTTP, `gearshift_cloud::http`'s client (no second setup).
 //! - [`pusher`]: the background [`Pusher`] (interval, on-change with
-//!   debounce, bounded queue, retries with backoff) and its [`Sink`] trait.
+//!   debounce, bounded queue, retries with the bus's backoff) and its [`Sink`] trait.
 //! - [`metrics`]: the pusher's Prometheus counters, for the agents' `/metrics`.
-//! - [`config`]: the `[push_stats]` section the agents embed.
+//! - [`config`]: the `[push_stats]` section the agents embed (its targets,
+//!   checks and sample sets in `config/`).
 //! - [`cli`]: the `push-stats` subcommand (cfn-push-stats-style options).
 //! - [`error`]: [`PushError`], classified by `is_retryable()`.
 //!
@@ -38,6 +40,7 @@ pub mod config;
 pub mod credentials;
 pub mod error;
 pub mod gnocchi;
+mod http;
 pub mod metrics;
 pub mod pusher;
 pub mod sample;

@@ -113,6 +113,9 @@ fn heredoc(script: &str, start: &str, end: &str) -> String {
     panic!("no heredoc {start}..{end} in:\n{script}");
 }
 
+/// A resource's type and definition, by name.
+type Resources = BTreeMap<String, (String, Value)>;
+
 #[test]
 fn hot_template_holds_together_and_matches_the_code() {
     let t = load("gearshift-autoscaling.yaml");
@@ -120,9 +123,18 @@ fn hot_template_holds_together_and_matches_the_code() {
         t.get("heat_template_version").and_then(Value::as_str),
         Some("2018-08-31")
     );
-    let params = keys(map(&t, "parameters"));
-    let conditions = keys(map(&t, "conditions"));
-    let resources = map(&t, "resources");
+    let types = hot_resources(&t);
+    hot_conditions_and_outputs(&t);
+    hot_alarms(&types);
+    hot_user_data(&types);
+}
+
+/// Every resource has a known type and refers to parameters, conditions
+/// and resources that exist, without a dependency loop.
+fn hot_resources(t: &Mapping) -> Resources {
+    let params = keys(map(t, "parameters"));
+    let conditions = keys(map(t, "conditions"));
+    let resources = map(t, "resources");
     let names = keys(resources);
     let pseudo = ["OS::stack_id", "OS::stack_name", "OS::project_id"];
 
@@ -169,9 +181,17 @@ fn hot_template_holds_together_and_matches_the_code() {
         types.insert(name, (ty, def.clone()));
     }
     assert_acyclic(&deps);
-    // Conditions refer to conditions and parameters that exist.
+    types
+}
+
+/// Conditions refer to conditions and parameters that exist; outputs to
+/// resources that exist.
+fn hot_conditions_and_outputs(t: &Mapping) {
+    let params = keys(map(t, "parameters"));
+    let conditions = keys(map(t, "conditions"));
+    let names = keys(map(t, "resources"));
     let mut r = Vec::new();
-    refs(&Value::Mapping(map(&t, "conditions").clone()), &mut r);
+    refs(&Value::Mapping(map(t, "conditions").clone()), &mut r);
     for (f, target) in r {
         if f == "get_param" {
             assert!(
@@ -180,7 +200,7 @@ fn hot_template_holds_together_and_matches_the_code() {
             );
         }
     }
-    for (cname, def) in map(&t, "conditions") {
+    for (cname, def) in map(t, "conditions") {
         if let Some(list) = def.get("and").and_then(Value::as_sequence) {
             for item in list {
                 if let Some(s) = item.as_str() {
@@ -199,15 +219,17 @@ fn hot_template_holds_together_and_matches_the_code() {
             );
         }
     }
+}
 
-    // Every alarm watches a metric gearshift pushes, and acts on a policy.
+/// Every alarm watches a metric gearshift pushes, and acts on a policy.
+fn hot_alarms(types: &Resources) {
     let pushed: BTreeSet<String> = NODE_METRICS
         .iter()
         .chain(FLEET_METRICS)
         .map(|m| gnocchi_name(m))
         .collect();
     let mut alarms = 0;
-    for (name, (ty, def)) in &types {
+    for (name, (ty, def)) in types {
         if ty != "OS::Aodh::GnocchiAggregationByResourcesAlarm" {
             continue;
         }
@@ -245,8 +267,10 @@ fn hot_template_holds_together_and_matches_the_code() {
         gnocchi_name("CapacityUtilization"),
         "gearshift.capacity_utilization"
     );
+}
 
-    // The node's user data writes a [push_stats] section our config loads.
+/// The node's user data writes a `[push_stats]` section our config loads.
+fn hot_user_data(types: &Resources) {
     let server =
         types["node_group"].1["properties"]["resource"]["properties"]["user_data"]["str_replace"]
             .clone();
@@ -359,8 +383,12 @@ fn cloudwatch_era_template_holds_together_and_matches_the_code() {
     }
     assert_eq!(alarms, 4);
     assert_acyclic(&deps);
+    cfn_user_data(resources);
+}
 
-    // The nodes' user data: cfn-credentials, then a [push_stats] that loads.
+/// The nodes' user data: cfn-credentials, then a `[push_stats]` that
+/// loads; the broker's notify scripts fire the heartbeat alarms with our CLI.
+fn cfn_user_data(resources: &Mapping) {
     let lc = &resources[&Value::from("NodeLaunchConfig")]["Properties"]["UserData"];
     let script = join_user_data(lc);
     assert!(
@@ -377,8 +405,6 @@ fn cloudwatch_era_template_holds_together_and_matches_the_code() {
     );
     assert_eq!(cfg.dimensions["AutoScalingGroupName"], "paas-NodeGroup-x1");
     assert_eq!(cfg.metrics, vec!["NodeUtilization"]);
-
-    // The broker's notify scripts fire the heartbeat alarms with our CLI.
     let broker = &resources[&Value::from("BrokerInstance")]["Properties"]["UserData"];
     let script = join_user_data(broker);
     for alarm in ["NodeScaleUp", "NodeScaleDown"] {

@@ -10,6 +10,10 @@ use std::path::{Path, PathBuf};
 use serde::de::DeserializeOwned;
 use thiserror::Error;
 
+mod documented;
+
+pub use documented::Documented;
+
 /// Why a configuration could not be loaded. Every variant names the file
 /// and, where it can, the key.
 #[derive(Debug, Error)]
@@ -52,8 +56,12 @@ pub enum ConfigError {
     },
 }
 
-/// A semantic problem found by [`Validate::validate`].
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A value that is well-typed but refused: the one validation error of both
+/// agents' configuration checks, the handlers' and `[push_stats]`'s. Its
+/// `key` is the dotted path of the offending key (relative to the table
+/// being checked; callers that embed a table prefix it with [`Invalid::under`]).
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error("{key}: {reason}")]
 pub struct Invalid {
     /// Dotted key path.
     pub key: String,
@@ -67,6 +75,15 @@ impl Invalid {
         Invalid {
             key: key.into(),
             reason: reason.into(),
+        }
+    }
+
+    /// The same problem with its key below `prefix` (`handlers.nova` +
+    /// `auth.cloud` gives `handlers.nova.auth.cloud`).
+    pub fn under(self, prefix: &str) -> Self {
+        Invalid {
+            key: format!("{prefix}.{}", self.key),
+            reason: self.reason,
         }
     }
 }

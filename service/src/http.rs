@@ -10,6 +10,7 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 use prometheus_client::registry::Registry;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 /// A shared metrics registry.
 pub type SharedRegistry = Arc<Mutex<Registry>>;
@@ -52,9 +53,20 @@ pub async fn serve(
     router: Router,
     token: CancellationToken,
 ) -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
+    serve_in(&TaskTracker::new(), addr, router, token).await
+}
+
+/// Like [`serve`], the server task tracked by `tracker` (the agent's
+/// shutdown tree waits for it to close its connections).
+pub async fn serve_in(
+    tracker: &TaskTracker,
+    addr: SocketAddr,
+    router: Router,
+    token: CancellationToken,
+) -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
     let listener = tokio::net::TcpListener::bind(addr).await?;
     let local = listener.local_addr()?;
-    let task = tokio::spawn(async move {
+    let task = tracker.spawn(async move {
         let r = axum::serve(listener, router)
             .with_graceful_shutdown(async move { token.cancelled().await })
             .await;

@@ -51,6 +51,35 @@ pub fn trust(ring: &mut Keyring, path: &Path, role: Role) -> Result<String, KeyF
     Ok(ring.add(key, role, path.display().to_string()))
 }
 
+/// Trusts every `*.pub` file of `dir` for `role` (in name order); returns
+/// how many. A missing directory trusts nobody (and is logged).
+pub fn trust_dir(ring: &mut Keyring, dir: &Path, role: Role) -> Result<usize, KeyFileError> {
+    let rd = match std::fs::read_dir(dir) {
+        Ok(rd) => rd,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            tracing::warn!(dir = %dir.display(), %role, "no such key directory: no {role} key trusted from it");
+            return Ok(0);
+        }
+        Err(e) => {
+            return Err(KeyFileError::Io {
+                path: dir.to_path_buf(),
+                reason: e.to_string(),
+            });
+        }
+    };
+    let mut paths: Vec<PathBuf> = rd.filter_map(|e| e.ok().map(|e| e.path())).collect();
+    paths.sort();
+    let mut n = 0;
+    for p in paths
+        .iter()
+        .filter(|p| p.extension().is_some_and(|x| x == "pub"))
+    {
+        trust(ring, p, role)?;
+        n += 1;
+    }
+    Ok(n)
+}
+
 /// Builds a keyring from `(role, path)` pairs.
 pub fn load_keyring<'a>(
     entries: impl IntoIterator<Item = (Role, &'a Path)>,

@@ -1,10 +1,23 @@
-//! # gearshift-service: what both agents need to run as a service
+//! # gearshift-service: one service skeleton for both agents
 //!
 //! ## Layout
+//! - [`bootstrap`]: what both binaries do the same way: configuration
+//!   load and `check-config`, exit codes (`2` for a bad configuration),
+//!   `keygen`, logging, SIGHUP reloads that keep the running configuration
+//!   when the new one is invalid, the bus's first connection, the metrics
+//!   listener, `sd_notify`, and one [`shutdown`] tree for every task.
 //! - [`config`]: load a TOML file plus `GEARSHIFT_<AGENT>_…` environment
 //!   overrides into a typed, validated config; errors name the bad key.
-//! - [`keys`]: read signing keys and trusted public keys from files;
-//!   write new key pairs.
+//!   [`config::Invalid`] is the one validation error of both agents, the
+//!   handlers and pull mode; [`config::Documented`] keeps the shipped
+//!   files in step with the compiled defaults.
+//! - [`sections`]: the `[bus]`, `[keys]`, `[log]` and `[metrics]` sections
+//!   both agents share, with their defaults and checks; [`check`]: the
+//!   simple value checks every section uses.
+//! - [`bus`]: the bus's first connection, retried with backoff, and a bus
+//!   usable before it is connected.
+//! - [`keys`]: read signing keys and trusted public keys from files and
+//!   directories; write new key pairs.
 //! - [`logging`]: tracing in a human or JSON format (journald-friendly).
 //! - [`shutdown`]: one cancellation tree plus SIGTERM/SIGINT/SIGHUP handling.
 //! - [`notify`]: systemd `sd_notify` READY, STOPPING and the watchdog.
@@ -15,6 +28,9 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod bootstrap;
+pub mod bus;
+pub mod check;
 pub mod config;
 pub mod http;
 pub mod keys;
@@ -23,4 +39,5 @@ pub mod logging;
 pub mod notify;
 pub mod ratelimit;
 pub mod refusals;
+pub mod sections;
 pub mod shutdown;

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 /// Tells systemd the agent is ready (Type=notify).
 pub fn ready(status: &str) {
@@ -35,13 +36,14 @@ pub fn watchdog_interval() -> Option<Duration> {
 }
 
 /// Pets the watchdog at half its interval while `alive` says the agent's main
-/// loop is healthy, until `token` is cancelled.
+/// loop is healthy, until `token` is cancelled (a task of `tracker`).
 pub fn spawn_watchdog(
+    tracker: &TaskTracker,
     token: CancellationToken,
     alive: impl Fn() -> bool + Send + 'static,
 ) -> Option<tokio::task::JoinHandle<()>> {
     let every = watchdog_interval()? / 2;
-    Some(tokio::spawn(async move {
+    Some(tracker.spawn(async move {
         let mut tick = tokio::time::interval(every);
         loop {
             tokio::select! {

@@ -35,8 +35,8 @@ impl Shutdown {
         }
     }
 
-    /// Spawns a task that cancels the tree on SIGTERM or SIGINT and bumps the
-    /// reload counter on SIGHUP.
+    /// Spawns a task (tracked) that cancels the tree on SIGTERM or SIGINT and
+    /// bumps the reload counter on SIGHUP.
     pub fn listen_for_signals(&self) -> std::io::Result<()> {
         use tokio::signal::unix::{SignalKind, signal};
         let mut term = signal(SignalKind::terminate())?;
@@ -44,7 +44,7 @@ impl Shutdown {
         let mut hup = signal(SignalKind::hangup())?;
         let token = self.token.clone();
         let reload = self.reload.clone();
-        tokio::spawn(async move {
+        self.tracker.spawn(async move {
             loop {
                 tokio::select! {
                     _ = term.recv() => { tracing::info!("SIGTERM: shutting down"); token.cancel(); break; }

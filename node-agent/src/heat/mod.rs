@@ -1,7 +1,8 @@
 //! Heat signals: the cfn-push-stats role of the PEP.
 //!
-//! The agent sees only [`Signaller`]; [`cloud::HeatSignaller`] implements it against the
-//! real Heat and Keystone APIs with the node's own credentials.
+//! The agent sees only [`Signaller`]; [`signaller::HeatSignaller`] implements it against
+//! the real Heat and Keystone APIs with the node's own credentials, through
+//! `gearshift-cloud`'s Heat client.
 
 use async_trait::async_trait;
 use gearshift_proto::msg::HeatAction;
@@ -53,6 +54,6 @@ pub fn is_idempotent(action: HeatAction) -> bool {
     matches!(action, HeatAction::MarkUnhealthy)
 }
 
-pub mod cloud;
+pub mod signaller;
 
-pub use cloud::{HeatSignaller, signaller_from_config};
+pub use signaller::{HeatSignaller, signaller_from_config};

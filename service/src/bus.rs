@@ -1,13 +1,15 @@
-//! A bus that is usable before it is connected.
+//! Starting the bus: the first connection, retried with backoff until it
+//! succeeds or the agent stops.
 //!
 //! The transports reconnect by themselves once connected, but the *first*
-//! connection can fail (broker down at boot). [`LazyBus`] connects in the
-//! background from its first use on, retrying forever with backoff, and
-//! implements [`Bus`] in the meantime: operations wait for the connection up
-//! to the operation timeout and then fail with a retryable error. The
-//! agent's local work (resuming an evacuation, persisting state) therefore
-//! never waits for the broker, and nothing touches the network before the
-//! agent was built (its state directory locked).
+//! connection can fail (bus broker down at boot). [`connect_retrying`]
+//! waits for it (the broker agent, which has nothing to do without the
+//! bus). [`LazyBus`] connects in the background from its first use on and
+//! implements [`Bus`] in the meantime: operations wait for the connection
+//! up to the operation timeout and then fail with a retryable error. The
+//! node agent's local work (resuming an evacuation, persisting state)
+//! therefore never waits for the bus, and nothing touches the network
+//! before the agent was built (its state directory locked).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,6 +21,7 @@ use gearshift_bus::{
 };
 use tokio::sync::{broadcast, watch};
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 /// A bus that connects in the background.
 pub struct LazyBus {
@@ -38,10 +41,45 @@ impl std::fmt::Debug for LazyBus {
     }
 }
 
+/// Connects to `url`, retrying with `opts`' reconnect backoff until it
+/// succeeds; `None` when `token` is cancelled first. `failed` hears of each
+/// failed attempt and the wait before the next.
+pub async fn connect_retrying(
+    url: &str,
+    opts: &ConnectOptions,
+    token: &CancellationToken,
+    mut failed: impl FnMut(&BusError, Duration),
+) -> Option<SharedBus> {
+    let mut attempt = 0u32;
+    loop {
+        let r = tokio::select! {
+            r = gearshift_bus::connect(url, opts.clone()) => r,
+            _ = token.cancelled() => return None,
+        };
+        match r {
+            Ok(bus) => return Some(bus),
+            Err(e) => {
+                let wait = gearshift_bus::backoff(attempt, opts.reconnect_min, opts.reconnect_max);
+                attempt = attempt.saturating_add(1);
+                failed(&e, wait);
+                tokio::select! {
+                    _ = tokio::time::sleep(wait) => {}
+                    _ = token.cancelled() => return None,
+                }
+            }
+        }
+    }
+}
+
 impl LazyBus {
     /// A bus for `url` that starts connecting in the background at its first
-    /// operation (until `token` is cancelled).
-    pub fn spawn(url: String, opts: ConnectOptions, token: CancellationToken) -> SharedBus {
+    /// operation (until `token` is cancelled); its task is tracked by `tracker`.
+    pub fn spawn(
+        url: String,
+        opts: ConnectOptions,
+        token: CancellationToken,
+        tracker: &TaskTracker,
+    ) -> SharedBus {
         let (tx, rx) = watch::channel(None);
         let (events, _) = broadcast::channel(64);
         let transport = match gearshift_bus::BusUrl::parse(&url) {
@@ -51,58 +89,16 @@ impl LazyBus {
             Err(_) => "unknown",
         };
         let stop = token.child_token();
-        let ev = events.clone();
         let op_timeout = opts.op_timeout;
-        let t = stop.clone();
         let start = Arc::new(tokio::sync::Notify::new());
-        let started = start.clone();
-        tokio::spawn(async move {
-            tokio::select! {
-                _ = started.notified() => {}
-                _ = t.cancelled() => return,
-            }
-            let redacted = gearshift_bus::url::redact(&url);
-            let mut attempt = 0u32;
-            loop {
-                let r = tokio::select! {
-                    r = gearshift_bus::connect(&url, opts.clone()) => r,
-                    _ = t.cancelled() => return,
-                };
-                match r {
-                    Ok(bus) => {
-                        tracing::info!(bus = %redacted, "connected to the bus");
-                        let mut inner_events = bus.events();
-                        let _ = tx.send(Some(bus));
-                        let _ = ev.send(BusEvent::Connected { reconnects: 0 });
-                        // Forward the transport's own connection events.
-                        loop {
-                            tokio::select! {
-                                e = inner_events.recv() => match e {
-                                    Ok(e) => { let _ = ev.send(e); }
-                                    Err(broadcast::error::RecvError::Lagged(_)) => {}
-                                    Err(broadcast::error::RecvError::Closed) => return,
-                                },
-                                _ = t.cancelled() => return,
-                            }
-                        }
-                    }
-                    Err(e) => {
-                        let delay =
-                            gearshift_bus::backoff(attempt, opts.reconnect_min, opts.reconnect_max);
-                        attempt = attempt.saturating_add(1);
-                        tracing::warn!(bus = %redacted, error = %e, retry_in = ?delay, attempt,
-                            "cannot connect to the bus; local work continues");
-                        let _ = ev.send(BusEvent::Disconnected {
-                            reason: e.to_string(),
-                        });
-                        tokio::select! {
-                            _ = tokio::time::sleep(delay) => {}
-                            _ = t.cancelled() => return,
-                        }
-                    }
-                }
-            }
-        });
+        tracker.spawn(connect_then_forward(
+            url,
+            opts,
+            stop.clone(),
+            start.clone(),
+            tx,
+            events.clone(),
+        ));
         Arc::new(LazyBus {
             inner: rx,
             events,
@@ -124,6 +120,46 @@ impl LazyBus {
                 endpoint: "bus".into(),
                 reason: "not connected yet".into(),
             }),
+        }
+    }
+}
+
+/// [`LazyBus`]'s task: waits for the first use, connects, then forwards
+/// the transport's connection events.
+async fn connect_then_forward(
+    url: String,
+    opts: ConnectOptions,
+    stop: CancellationToken,
+    start: Arc<tokio::sync::Notify>,
+    tx: watch::Sender<Option<SharedBus>>,
+    events: broadcast::Sender<BusEvent>,
+) {
+    tokio::select! {
+        _ = start.notified() => {}
+        _ = stop.cancelled() => return,
+    }
+    let redacted = gearshift_bus::url::redact(&url);
+    let bus = connect_retrying(&url, &opts, &stop, |e, delay| {
+        tracing::warn!(bus = %redacted, error = %e, retry_in = ?delay,
+            "cannot connect to the bus; local work continues");
+        let _ = events.send(BusEvent::Disconnected {
+            reason: e.to_string(),
+        });
+    })
+    .await;
+    let Some(bus) = bus else { return };
+    tracing::info!(bus = %redacted, "connected to the bus");
+    let mut inner_events = bus.events();
+    let _ = tx.send(Some(bus));
+    let _ = events.send(BusEvent::Connected { reconnects: 0 });
+    loop {
+        tokio::select! {
+            e = inner_events.recv() => match e {
+                Ok(e) => { let _ = events.send(e); }
+                Err(broadcast::error::RecvError::Lagged(_)) => {}
+                Err(broadcast::error::RecvError::Closed) => return,
+            },
+            _ = stop.cancelled() => return,
         }
     }
 }
@@ -195,6 +231,7 @@ mod tests {
             format!("memory://{name}"),
             ConnectOptions::default(),
             token.clone(),
+            &TaskTracker::new(),
         );
         let mut sub = bus.subscribe("x.#").await.unwrap();
         bus.publish(OutMessage::new("x.y", b"hi".to_vec()))
@@ -224,6 +261,7 @@ mod tests {
             "amqp://guest:guest@127.0.0.1:1/%2f".into(),
             opts,
             token.clone(),
+            &TaskTracker::new(),
         );
         let e = bus
             .publish(OutMessage::new("k", b"x".to_vec()))

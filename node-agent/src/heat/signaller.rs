@@ -1,4 +1,5 @@
-//! [`HeatSignaller`]: the Heat and Keystone requests, with `gearshift-cloud`.
+//! [`HeatSignaller`]: the node's Heat signals, sent with `gearshift-cloud`'s
+//! Heat client (the one the broker agent's `heat` handler uses).
 //!
 //! | action | request |
 //! | --- | --- |
@@ -7,44 +8,36 @@
 //! | `mark_unhealthy` | `PATCH <heat>/stacks/{stack_name}/{stack_id}/resources/{member}` with `X-Auth-Token` and `{"mark_unhealthy": true, "resource_status_reason": <reason>}` |
 //!
 //! Tokens come from Keystone v3 (`POST /v3/auth/tokens`, password or
-//! application credential), with credentials from the `OS_*` variables or a
-//! `clouds.yaml` entry; the Heat endpoint is the catalog's `orchestration`
-//! entry unless `heat.endpoint` overrides it.
+//! application credential), with credentials from the `OS_*` variables,
+//! the seeds' `auth.env` file or a `clouds.yaml` entry; the Heat endpoint
+//! is the catalog's `orchestration` entry unless `heat.endpoint` overrides it.
 
 use std::collections::BTreeMap;
 
 use async_trait::async_trait;
-use gearshift_cloud::http::{HttpClient, HttpOptions, Response, check};
-use gearshift_cloud::{CloudError, Credentials, Service, Session, SessionOptions};
+use gearshift_cloud::heat::{
+    Heat, StackId, mark_unhealthy_body, mark_unhealthy_path, post_alarm_url, post_signal_url,
+};
+use gearshift_cloud::http::{HttpClient, HttpOptions, Response, redact_url};
+use gearshift_cloud::{CloudError, Credentials, CredentialsFrom, Session, SessionOptions};
 use gearshift_proto::msg::HeatAction;
-use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
-use reqwest::Method;
 use serde_json::{Value, json};
 
 use super::{SignalError, SignalOutcome, Signaller};
 use crate::config::{CredentialSource, HeatSection, NodeConfig, RemoveAction};
 
-/// Characters kept as they are in one URL path segment.
-const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
-    .remove(b'-')
-    .remove(b'_')
-    .remove(b'.')
-    .remove(b'~');
-
-fn seg(s: &str) -> String {
-    utf8_percent_encode(s, SEGMENT).to_string()
-}
-
 /// Sends the configured Heat actions.
 pub struct HeatSignaller {
     node: String,
+    /// For pre-signed alarm URLs, which need no credentials.
     http: HttpClient,
-    session: Result<Session, String>,
+    /// For the actions that need a token; the credentials' problem otherwise.
+    heat: Result<Heat, String>,
     scale_up_url: Option<String>,
     scale_down_url: Option<String>,
     signal_url: Option<String>,
     signal_body: Option<String>,
-    stack: Option<(String, String)>,
+    stack: Option<StackId>,
     member: String,
 }
 
@@ -52,7 +45,7 @@ impl std::fmt::Debug for HeatSignaller {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("HeatSignaller")
             .field("node", &self.node)
-            .field("session", &self.session.as_ref().map(|_| "ok"))
+            .field("session", &self.heat.as_ref().map(|_| "ok"))
             .field("stack", &self.stack)
             .field("member", &self.member)
             .finish_non_exhaustive()
@@ -67,6 +60,8 @@ fn to_signal_error(e: CloudError) -> SignalError {
     }
 }
 
+/// What Heat answered, as the node reports it: the status and the body
+/// (at most 1 KiB), or the status's name for an empty body.
 fn outcome(resp: &Response) -> SignalOutcome {
     let body = String::from_utf8_lossy(&resp.body);
     let mut detail = body.trim().to_string();
@@ -96,6 +91,22 @@ fn json_escape(s: &str) -> String {
     quoted[1..quoted.len().saturating_sub(1).max(1)].to_string()
 }
 
+/// Where `[heat]` takes credentials from.
+fn credentials(heat: &HeatSection) -> Result<Credentials, CloudError> {
+    let from = match heat.credentials {
+        CredentialSource::Env => CredentialsFrom::Env,
+        CredentialSource::AuthEnv => match &heat.auth_env {
+            Some(path) => CredentialsFrom::EnvFile(path),
+            None => return Err(CloudError::Config("heat.auth_env is not set".into())),
+        },
+        CredentialSource::CloudsYaml => CredentialsFrom::CloudsYaml {
+            cloud: heat.cloud.as_deref().unwrap_or_default(),
+            path: heat.clouds_yaml.as_deref(),
+        },
+    };
+    Credentials::load(from)
+}
+
 impl HeatSignaller {
     /// A signaller for `cfg.heat`, acting for node `node`. Loads credentials
     /// now (no network); a signaller without usable credentials still sends
@@ -107,44 +118,32 @@ impl HeatSignaller {
             ..HttpOptions::default()
         };
         let http = HttpClient::new(&http_opts).map_err(|e| e.to_string())?;
-        let creds = match heat.credentials {
-            CredentialSource::Env => Credentials::from_env(),
-            CredentialSource::AuthEnv => match &heat.auth_env {
-                Some(path) => Credentials::from_env_file(path),
-                None => Err(gearshift_cloud::CloudError::Config(
-                    "heat.auth_env is not set".into(),
-                )),
-            },
-            CredentialSource::CloudsYaml => Credentials::from_clouds_yaml(
-                heat.cloud.as_deref().unwrap_or_default(),
-                heat.clouds_yaml.as_deref(),
-            ),
+        let mut overrides = BTreeMap::new();
+        if let Some(ep) = &heat.endpoint {
+            overrides.insert("orchestration".to_string(), ep.clone());
+        }
+        let options = SessionOptions {
+            http: http_opts,
+            endpoint_overrides: overrides,
+            ..SessionOptions::default()
         };
-        let session = creds
-            .and_then(|c| {
-                let mut overrides = BTreeMap::new();
-                if let Some(ep) = &heat.endpoint {
-                    overrides.insert("orchestration".to_string(), ep.clone());
-                }
-                Session::new(
-                    c,
-                    SessionOptions {
-                        http: http_opts.clone(),
-                        endpoint_overrides: overrides,
-                        ..SessionOptions::default()
-                    },
-                )
-            })
+        let heat_client = credentials(heat)
+            .and_then(|c| Session::new(c, options))
+            .map(Heat::new)
             .map_err(|e| e.to_string());
         Ok(HeatSignaller {
             node: node.to_string(),
             http,
-            session,
+            heat: heat_client,
             scale_up_url: heat.scale_up_url.clone(),
             scale_down_url: heat.scale_down_url.clone(),
             signal_url: heat.signal_url.clone(),
             signal_body: heat.signal_body.clone(),
-            stack: heat.stack_name.clone().zip(heat.stack_id.clone()),
+            stack: heat
+                .stack_name
+                .clone()
+                .zip(heat.stack_id.clone())
+                .map(|(name, id)| StackId { name, id }),
             member: heat.member.clone().unwrap_or_else(|| node.to_string()),
         })
     }
@@ -169,7 +168,7 @@ impl HeatSignaller {
             _ => {}
         }
         if Self::needs_token(action)
-            && let Err(e) = &self.session
+            && let Err(e) = &self.heat
         {
             return Err(format!(
                 "{} needs Keystone credentials: {e}",
@@ -179,8 +178,8 @@ impl HeatSignaller {
         Ok(())
     }
 
-    fn session(&self, action: HeatAction) -> Result<&Session, SignalError> {
-        self.session.as_ref().map_err(|e| {
+    fn heat(&self, action: HeatAction) -> Result<&Heat, SignalError> {
+        self.heat.as_ref().map_err(|e| {
             SignalError::config(format!(
                 "{} needs Keystone credentials: {e}",
                 action.as_str()
@@ -202,49 +201,40 @@ impl HeatSignaller {
         }
     }
 
-    /// The request `action` would send, for `heat-signal --dry-run`
-    /// (pre-signed query strings and tokens are not shown).
-    pub fn describe(&self, action: HeatAction, reason: &str) -> Result<String, SignalError> {
-        let redact = gearshift_cloud::http::redact_url;
-        Ok(match action {
-            HeatAction::ScaleUp | HeatAction::ScaleDown => {
-                let url = if action == HeatAction::ScaleUp {
-                    &self.scale_up_url
-                } else {
-                    &self.scale_down_url
-                };
-                format!(
-                    "POST {} (pre-signed, no token, no body)",
-                    redact(url.as_deref().unwrap_or_default())
-                )
-            }
-            HeatAction::Signal => format!(
-                "POST {}\nX-Auth-Token: <Keystone token>\nContent-Type: application/json\n\n{}",
-                redact(self.signal_url.as_deref().unwrap_or_default()),
-                self.signal_body(reason)?
-            ),
-            HeatAction::MarkUnhealthy => {
-                let (name, id) = self.stack.clone().unwrap_or_default();
-                format!(
-                    "PATCH <orchestration endpoint>/stacks/{}/{}/resources/{}\nX-Auth-Token: <Keystone token>\nContent-Type: application/json\n\n{}",
-                    seg(&name),
-                    seg(&id),
-                    seg(&self.member),
-                    json!({ "mark_unhealthy": true, "resource_status_reason": reason })
-                )
-            }
+    fn alarm_url(&self, action: HeatAction) -> &str {
+        let url = match action {
+            HeatAction::ScaleUp => &self.scale_up_url,
+            _ => &self.scale_down_url,
+        };
+        url.as_deref().unwrap_or_default()
+    }
+
+    fn stack(&self) -> StackId {
+        self.stack.clone().unwrap_or(StackId {
+            name: String::new(),
+            id: String::new(),
         })
     }
 
-    async fn post_alarm(&self, url: &str) -> Result<SignalOutcome, SignalError> {
-        let resp = self
-            .http
-            .send(Service::Orchestration, Method::POST, url, &[], None)
-            .await
-            .map_err(to_signal_error)?;
-        let resp =
-            check(Service::Orchestration, &Method::POST, url, resp).map_err(to_signal_error)?;
-        Ok(outcome(&resp))
+    /// The request `action` would send, for `heat-signal --dry-run`
+    /// (pre-signed query strings and tokens are not shown).
+    pub fn describe(&self, action: HeatAction, reason: &str) -> Result<String, SignalError> {
+        Ok(match action {
+            HeatAction::ScaleUp | HeatAction::ScaleDown => format!(
+                "POST {} (pre-signed, no token, no body)",
+                redact_url(self.alarm_url(action))
+            ),
+            HeatAction::Signal => format!(
+                "POST {}\nX-Auth-Token: <Keystone token>\nContent-Type: application/json\n\n{}",
+                redact_url(self.signal_url.as_deref().unwrap_or_default()),
+                self.signal_body(reason)?
+            ),
+            HeatAction::MarkUnhealthy => format!(
+                "PATCH <orchestration endpoint>/{}\nX-Auth-Token: <Keystone token>\nContent-Type: application/json\n\n{}",
+                mark_unhealthy_path(&self.stack(), &self.member),
+                mark_unhealthy_body(reason)
+            ),
+        })
     }
 }
 
@@ -252,48 +242,22 @@ impl HeatSignaller {
 impl Signaller for HeatSignaller {
     async fn signal(&self, action: HeatAction, reason: &str) -> Result<SignalOutcome, SignalError> {
         self.check_configured(action).map_err(SignalError::config)?;
-        match action {
-            HeatAction::ScaleUp => {
-                self.post_alarm(self.scale_up_url.as_deref().unwrap_or_default())
-                    .await
-            }
-            HeatAction::ScaleDown => {
-                self.post_alarm(self.scale_down_url.as_deref().unwrap_or_default())
-                    .await
+        let resp = match action {
+            HeatAction::ScaleUp | HeatAction::ScaleDown => {
+                post_alarm_url(&self.http, self.alarm_url(action), None).await
             }
             HeatAction::Signal => {
                 let url = self.signal_url.as_deref().unwrap_or_default();
                 let body = self.signal_body(reason)?;
-                let resp = self
-                    .session(action)?
-                    .request(Service::Orchestration, Method::POST, url, &[], Some(&body))
-                    .await
-                    .map_err(to_signal_error)?;
-                Ok(outcome(&resp))
+                post_signal_url(self.heat(action)?.session(), url, Some(&body)).await
             }
             HeatAction::MarkUnhealthy => {
-                let (name, id) = self.stack.clone().unwrap_or_default();
-                let path = format!(
-                    "stacks/{}/{}/resources/{}",
-                    seg(&name),
-                    seg(&id),
-                    seg(&self.member)
-                );
-                let body = json!({ "mark_unhealthy": true, "resource_status_reason": reason });
-                let resp = self
-                    .session(action)?
-                    .request(
-                        Service::Orchestration,
-                        Method::PATCH,
-                        &path,
-                        &[],
-                        Some(&body),
-                    )
+                self.heat(action)?
+                    .mark_unhealthy(&self.stack(), &self.member, reason)
                     .await
-                    .map_err(to_signal_error)?;
-                Ok(outcome(&resp))
             }
-        }
+        };
+        resp.map(|r| outcome(&r)).map_err(to_signal_error)
     }
 }
 
@@ -330,6 +294,7 @@ mod tests {
 
     #[test]
     fn segments_and_bodies() {
+        let seg = gearshift_cloud::heat::seg;
         assert_eq!(seg("node-1.example.com"), "node-1.example.com");
         assert_eq!(seg("a b/c"), "a%20b%2Fc");
         let heat = HeatSection {
