@@ -115,6 +115,11 @@ pub enum CloudError {
         /// The API reported a conflicting operation in progress (Heat
         /// `ActionInProgress`, Nova/Cinder 409 on a busy resource).
         busy: bool,
+        /// The error type the body names, when it names one: Heat's
+        /// `error.type` (`ResourceNotFound` for a missing resource,
+        /// `EntityNotFound` for a missing stack, `ActionInProgress`), an
+        /// AWS-style XML `<Code>` (`AccessDenied`), Nova's fault name.
+        kind: Option<String>,
     },
     /// No HTTP answer: connection refused or reset, TLS failure, timeout.
     #[error("{service} {url}: {message}")]
@@ -157,6 +162,40 @@ pub enum CloudError {
         /// The reason names a quota (per the API's documented phrases).
         quota: bool,
     },
+    /// Heat answered a scaling signal with 200 and then did nothing (or
+    /// would have: the group was checked before signalling). Heat writes no
+    /// event for an ignored signal, so this is found by watching the group.
+    #[error("{what}: Heat accepted the signal but does not scale: {why}")]
+    SignalIgnored {
+        /// The group and policy.
+        what: String,
+        /// Why, as far as the group's state tells.
+        why: Ignored,
+    },
+    /// gearshift refuses the call because Heat would do more than asked
+    /// (replace every member, remove another member than the chosen one):
+    /// the template or the configuration must change. Never retried.
+    #[error("{what}: refused: {reason}")]
+    Refused {
+        /// The stack or group.
+        what: String,
+        /// What Heat would do, and what to change.
+        reason: String,
+    },
+    /// heat-api-cfn refused a pre-signed URL: XML `AccessDenied` (403: the
+    /// signature does not match, or its EC2 key is gone) or
+    /// `IncompleteSignature` (400: the query lost its signature).
+    #[error("{url}: HTTP {status} {code}: {message} (the pre-signed URL is no longer valid: read the policy's alarm_url again)")]
+    PresignedRefused {
+        /// The URL, without its query.
+        url: String,
+        /// HTTP status.
+        status: u16,
+        /// The XML error `Code`.
+        code: String,
+        /// The XML error `Message`.
+        message: String,
+    },
     /// Waited too long for a resource to reach a state.
     #[error("timed out after {waited:?} waiting for {what} (last state {last_state})")]
     Timeout {
@@ -169,35 +208,114 @@ pub enum CloudError {
     },
 }
 
+/// Why Heat ignores (or would ignore) a scaling signal: its
+/// `NoActionRequired` cases (`heat/scaling/cooldown.py`,
+/// `autoscaling_group.py` `adjust`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Ignored {
+    /// The group's `cooldown_end` (metadata) is in the future.
+    Cooldown {
+        /// When the cooldown ends (Heat's UTC time, as written).
+        until: String,
+    },
+    /// The group's metadata says `scaling_in_progress`.
+    Scaling,
+    /// A scale-up with the group at `max_size`.
+    AtMax {
+        /// The group's `max_size`.
+        max: i64,
+    },
+    /// A scale-down with the group at `min_size`.
+    AtMin {
+        /// The group's `min_size`.
+        min: i64,
+    },
+    /// Nothing started within the bound and the group's state does not say
+    /// why (a slow engine, or a limit gearshift could not read).
+    Unexplained {
+        /// How long we watched.
+        waited: Duration,
+    },
+}
+
+impl std::fmt::Display for Ignored {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Ignored::Cooldown { until } => write!(f, "the group is in its cooldown until {until} UTC"),
+            Ignored::Scaling => f.write_str("the group is already scaling"),
+            Ignored::AtMax { max } => write!(f, "the group is at its max_size {max}"),
+            Ignored::AtMin { min } => write!(f, "the group is at its min_size {min}"),
+            Ignored::Unexplained { waited } => write!(
+                f,
+                "nothing started within {waited:?} (no scaling_in_progress, no update, no policy event)"
+            ),
+        }
+    }
+}
+
 impl CloudError {
     /// The HTTP status, when the API answered.
     pub fn status(&self) -> Option<u16> {
         match self {
-            CloudError::Api { status, .. } => Some(*status),
+            CloudError::Api { status, .. } | CloudError::PresignedRefused { status, .. } => {
+                Some(*status)
+            }
             _ => None,
         }
     }
 
-    /// The cloud refused for lack of quota.
+    /// The error type the API's body named (see [`CloudError::Api`]'s `kind`).
+    pub fn kind(&self) -> Option<&str> {
+        match self {
+            CloudError::Api { kind, .. } => kind.as_deref(),
+            CloudError::PresignedRefused { code, .. } => Some(code),
+            _ => None,
+        }
+    }
+
+    /// Heat said the *resource* is missing (`ResourceNotFound`), as opposed
+    /// to its stack (`EntityNotFound`).
+    pub fn is_resource_not_found(&self) -> bool {
+        self.is_not_found() && self.kind() == Some("ResourceNotFound")
+    }
+
+    /// The cloud refused for lack of quota (a group at its `max_size`
+    /// counts: the group is exhausted until an operator raises it).
     pub fn is_quota(&self) -> bool {
         match self {
             CloudError::Api { quota, .. } | CloudError::Failed { quota, .. } => *quota,
+            CloudError::SignalIgnored {
+                why: Ignored::AtMax { .. },
+                ..
+            } => true,
             _ => false,
         }
     }
 
-    /// The target is busy with another operation; try later.
+    /// The target is busy with another operation (or in its cooldown); try later.
     pub fn is_busy(&self) -> bool {
         match self {
             CloudError::Busy { .. } => true,
             CloudError::Api { busy, .. } => *busy,
+            CloudError::SignalIgnored { why, .. } => {
+                matches!(why, Ignored::Cooldown { .. } | Ignored::Scaling)
+            }
             _ => false,
         }
     }
 
-    /// The resource does not exist (HTTP 404).
+    /// The resource does not exist (HTTP 404). Keystone's 404s (an unknown
+    /// application credential) are authentication failures, not this: a
+    /// caller must never read them as "the server is gone".
     pub fn is_not_found(&self) -> bool {
-        self.status() == Some(404)
+        match self {
+            CloudError::Api {
+                status: 404,
+                service,
+                ..
+            } => *service != Service::Identity,
+            _ => false,
+        }
     }
 
     /// Whether the same call may succeed later without an operator:
@@ -206,10 +324,14 @@ impl CloudError {
     /// and failed resources are not.
     pub fn is_retryable(&self) -> bool {
         match self {
-            CloudError::Config(_) | CloudError::Decode { .. } => false,
+            CloudError::Config(_)
+            | CloudError::Decode { .. }
+            | CloudError::Refused { .. }
+            | CloudError::PresignedRefused { .. } => false,
             CloudError::Transport { .. } | CloudError::Timeout { .. } | CloudError::Busy { .. } => {
                 true
             }
+            CloudError::SignalIgnored { why, .. } => !matches!(why, Ignored::AtMin { .. }),
             CloudError::Api {
                 status,
                 quota,
@@ -275,6 +397,14 @@ pub fn heat_reason_names_quota(reason: &str) -> bool {
         || m.contains("quota_exceeded")
 }
 
+/// Heat: a stack update that failed because another update superseded it
+/// ("Stack UPDATE cancelled" in the reason; the convergence engine lets a
+/// new PATCH replace a running update): a conflict, not a failure of the
+/// stack.
+pub fn heat_reason_names_cancel(reason: &str) -> bool {
+    reason.to_ascii_lowercase().contains("update cancelled")
+}
+
 /// Magnum: a cluster/nodegroup `status_reason` or API error naming a quota
 /// (Magnum relays Heat's and Nova's reasons, and has its own
 /// "Quota exceeded" for its cluster quota).
@@ -295,6 +425,7 @@ mod tests {
             message: "m".into(),
             quota,
             busy,
+            kind: None,
         }
     }
 
@@ -311,6 +442,29 @@ mod tests {
         assert!(!CloudError::Config("x".into()).is_retryable());
         assert_eq!(api(413, false, false).status(), Some(413));
         assert_eq!(CloudError::Config("x".into()).status(), None);
+        let keystone_404 = CloudError::Api {
+            service: Service::Identity,
+            method: "POST".into(),
+            url: "http://k/v3/auth/tokens".into(),
+            status: 404,
+            message: "Could not find Application Credential".into(),
+            quota: false,
+            busy: false,
+            kind: None,
+        };
+        assert!(!keystone_404.is_not_found(), "never 'the server is gone'");
+        let ignored = |why| CloudError::SignalIgnored {
+            what: "g".into(),
+            why,
+        };
+        let cooldown = ignored(Ignored::Cooldown { until: "t".into() });
+        assert!(cooldown.is_busy() && cooldown.is_retryable());
+        let at_max = ignored(Ignored::AtMax { max: 3 });
+        assert!(at_max.is_quota() && at_max.is_retryable() && !at_max.is_busy());
+        assert!(!ignored(Ignored::AtMin { min: 1 }).is_retryable());
+        assert!(heat_reason_names_cancel(
+            "Resource UPDATE failed: resources.asg: Stack UPDATE cancelled"
+        ));
     }
 
     #[test]

@@ -240,10 +240,12 @@ pub fn check(
 pub fn api_error(service: Service, method: &Method, url: &str, resp: &Response) -> CloudError {
     let status = resp.status.as_u16();
     let parsed: Option<Value> = serde_json::from_slice(&resp.body).ok();
-    let (message, kind) = parsed
-        .as_ref()
-        .map(|v| error_message(service, v))
-        .unwrap_or_else(|| (String::from_utf8_lossy(&resp.body).trim().to_string(), None));
+    let text = String::from_utf8_lossy(&resp.body);
+    let (message, kind) = match (&parsed, xml_error(&text)) {
+        (Some(v), _) => error_message(service, v),
+        (None, Some((code, msg))) => (msg, Some(code)),
+        (None, None) => (text.trim().to_string(), None),
+    };
     let message = if message.is_empty() {
         resp.status
             .canonical_reason()
@@ -278,7 +280,25 @@ pub fn api_error(service: Service, method: &Method, url: &str, resp: &Response) 
         message,
         quota,
         busy,
+        kind,
     }
+}
+
+/// The `(Code, Message)` of an AWS-style XML error body, as heat-api-cfn
+/// answers a refused pre-signed URL:
+/// `<ErrorResponse><Error><Type>Sender</Type><Code>AccessDenied</Code><Message>...</Message></Error></ErrorResponse>`.
+pub fn xml_error(body: &str) -> Option<(String, String)> {
+    let element = |name: &str| {
+        let open = format!("<{name}>");
+        let start = body.find(&open)? + open.len();
+        let end = body[start..].find(&format!("</{name}>"))? + start;
+        Some(body[start..end].trim().to_string())
+    };
+    if !body.trim_start().starts_with('<') {
+        return None;
+    }
+    let code = element("Code").filter(|c| !c.is_empty())?;
+    Some((code, element("Message").unwrap_or_default()))
 }
 
 /// Extracts (message, error type) from an API's documented error body:
@@ -430,6 +450,22 @@ mod tests {
             )
             .is_quota()
         );
+    }
+
+    #[test]
+    fn cfn_xml_refusals_name_their_code() {
+        // heat-api-cfn 27, a changed Signature (docs/openstack-conformance.md, point 5).
+        let body = "<ErrorResponse><Error><Type>Sender</Type><Code>AccessDenied</Code><Message>User is not authorized to perform action</Message></Error></ErrorResponse>";
+        let e = api_error(
+            Service::Orchestration,
+            &Method::POST,
+            "http://h:8000/v1/signal/arn?Signature=x",
+            &resp(403, body),
+        );
+        assert_eq!(e.kind(), Some("AccessDenied"));
+        assert!(e.to_string().contains("User is not authorized"), "{e}");
+        assert_eq!(xml_error("not xml"), None);
+        assert_eq!(xml_error("<html><body>502</body></html>"), None);
     }
 
     #[test]

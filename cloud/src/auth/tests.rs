@@ -50,6 +50,11 @@ fn application_credential() {
         json!({"auth": {"identity": {"methods": ["application_credential"],
             "application_credential": {"id": "ac1", "secret": "s3"}}}})
     );
+    // A project set by hand (or left in OS_PROJECT_NAME) is not sent:
+    // Keystone refuses any scope on an application credential with 401.
+    let mut scoped = c.clone();
+    scoped.project = Some(ProjectRef::Id("p1".into()));
+    assert!(token_request_body(&scoped)["auth"].get("scope").is_none());
 }
 
 #[test]

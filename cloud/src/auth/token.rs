@@ -38,7 +38,12 @@ pub fn token_request_body(creds: &Credentials) -> Value {
         }
     };
     let mut auth = json!({ "identity": identity });
-    if let Some(p) = &creds.project {
+    // An application credential carries its project: Keystone answers 401
+    // "Application credentials cannot request a scope." to any scope, even
+    // its own project's (Keystone 30), so a project left in the
+    // environment (`OS_PROJECT_NAME`) is never sent with one.
+    let password = matches!(creds.method, AuthMethod::Password { .. });
+    if let Some(p) = creds.project.as_ref().filter(|_| password) {
         let proj = match p {
             ProjectRef::Id(id) => json!({ "id": id }),
             ProjectRef::Name { name, domain } => {
