@@ -76,8 +76,8 @@ impl HandlerConfig {
             }
             HandlerConfig::Heat(c) => Some(c.update_timeout),
             HandlerConfig::Magnum(c) => Some(c.resize_timeout),
-            // A removal may send two actions (mark unhealthy, then scale down),
-            // each trying up to `max_nodes_tried` nodes.
+            // One action, trying up to `max_nodes_tried` nodes (kept at twice
+            // that: the broker's bound must not shrink for existing configs).
             HandlerConfig::HeatViaNode(c) => Some(c.node_timeout * c.max_nodes_tried.max(1) * 2),
         }
     }

@@ -11,11 +11,18 @@
 //! next one asked, up to `max_nodes_tried`.
 //!
 //! - add a node: `scale_up_action` (default `scale_up`) on an active node
-//!   of the group (from the broker agent's fleet view);
-//! - remove exactly this node: first `mark_unhealthy` on the node being
-//!   removed itself (only it knows its group member; `mark_unhealthy_first`),
-//!   then `scale_down_action` (default `scale_down`) on that
-//!   node, or on another active node if it does not answer.
+//!   of the group (from the broker agent's fleet view). The node confirms
+//!   that Heat started scaling (Heat answers 200 to signals it then
+//!   ignores) and answers `event.failed` when Heat ignored it;
+//! - remove exactly this node (`mark_unhealthy_first`, the default):
+//!   `mark_unhealthy` on the node being removed itself. Only it knows its
+//!   group member; it marks it and then sends the stack update that makes
+//!   Heat drop exactly it (node `[heat] mark_unhealthy_removes`, default
+//!   on). No scale-down signal follows: after a mark, a scale-down signal
+//!   removes the marked member *and* the oldest healthy one (measured on
+//!   Heat 27). Without `mark_unhealthy_first`, `scale_down_action` (default
+//!   `scale_down`) on that node or another active one: Heat then picks the
+//!   victim (failed members first, then the oldest).
 //!
 //! `event.failed` maps by its fields: `retryable` with HTTP 409 is `Busy`,
 //! other `retryable` ones `Transient`, the rest `Permanent`; a reason naming
@@ -241,30 +248,30 @@ impl Handler for HeatViaNodeHandler {
             "gearshift: {} drained for removal (op {})",
             req.node, req.op
         );
-        let mut details = Vec::new();
         if self.cfg.mark_unhealthy_first {
             let mark = HeatAction::MarkUnhealthy;
-            // Only the node itself knows its group member.
-            match self.ask(&req.node, mark, &reason, &req.op).await? {
-                Answer::Done(d) => details.push(d),
-                Answer::Error(e) => return Err(e),
-                Answer::Silent => {
-                    return Err(HandlerError::Transient(format!(
-                        "{} did not answer cmd.heat_signal {} within {:?}",
-                        req.node,
-                        mark.as_str(),
-                        self.cfg.node_timeout
-                    )));
-                }
-            }
+            // Only the node itself knows its group member; marking it and the
+            // update that follows remove exactly it.
+            return match self.ask(&req.node, mark, &reason, &req.op).await? {
+                Answer::Done(detail) => Ok(RemoveOutcome {
+                    detail,
+                    gone: false,
+                }),
+                Answer::Error(e) => Err(e),
+                Answer::Silent => Err(HandlerError::Transient(format!(
+                    "{} did not answer cmd.heat_signal {} within {:?}",
+                    req.node,
+                    mark.as_str(),
+                    self.cfg.node_timeout
+                ))),
+            };
         }
         let nodes = self.candidates(&req.group, Some(&req.node));
-        details.push(
-            self.ask_any(&nodes, self.cfg.scale_down_action, &reason, &req.op)
-                .await?,
-        );
+        let detail = self
+            .ask_any(&nodes, self.cfg.scale_down_action, &reason, &req.op)
+            .await?;
         Ok(RemoveOutcome {
-            detail: details.join("; "),
+            detail,
             gone: false,
         })
     }

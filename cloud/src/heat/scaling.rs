@@ -27,6 +27,14 @@ use super::template::{GroupSpec, PolicySpec, Template};
 use super::{Heat, Stack, StackId, ensure_settled};
 use crate::error::{CloudError, Ignored, bounded, heat_reason_names_quota};
 
+/// The signal body gearshift sends: Aodh's shape, the only object Heat
+/// turns into a readable policy event ("alarm state changed from ok to
+/// alarm (<reason>)"; any other object is recorded as "Unknown"). The
+/// policy scales whatever the states say.
+pub fn signal_details(reason: &str) -> Value {
+    serde_json::json!({ "previous": "ok", "current": "alarm", "reason": reason })
+}
+
 /// A scaling policy and the group it scales.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SignalTarget {
@@ -189,6 +197,24 @@ impl Heat {
             return Err(CloudError::Config(format!("group {group} of stack {stack} has no nested stack yet")));
         }
         Ok(self.get_stack(&g.physical_resource_id).await?.stack_id())
+    }
+
+    /// The target of a signal to `policy` of `stack`: the group is the one
+    /// the template's policy names. `None` when `policy` is not a scaling
+    /// policy (a wait condition, ...): such a signal cannot be confirmed.
+    pub async fn signal_target(
+        &self,
+        stack: &StackId,
+        policy: &str,
+    ) -> Result<Option<SignalTarget>, CloudError> {
+        let top = self.get_stack(&stack.to_string()).await?;
+        let template = self.get_template(&top.stack_id()).await?;
+        let group = Template::new(&template, &top.parameters).policy_group(policy);
+        Ok(group.map(|group| SignalTarget {
+            stack: top.stack_id(),
+            group,
+            policy: policy.to_string(),
+        }))
     }
 
     /// One look at the group (4 requests: nested stack, its resources, the

@@ -179,6 +179,16 @@ impl<'a> Template<'a> {
         })
     }
 
+    /// The group a scaling policy resource scales; `None` when `name` is
+    /// not a scaling policy or names its group otherwise.
+    pub fn policy_group(&self, name: &str) -> Option<String> {
+        let (ty, _) = self.resource(name).ok()?;
+        if !matches!(ty, "OS::Heat::ScalingPolicy" | "AWS::AutoScaling::ScalingPolicy") {
+            return None;
+        }
+        self.policy(name).ok()?.group
+    }
+
     /// The scaling policy resource `name`.
     pub fn policy(&self, name: &str) -> Result<PolicySpec, CloudError> {
         let (_, p) = self.resource(name)?;
@@ -236,6 +246,8 @@ mod tests {
         let pol = tpl.policy("scale_down").unwrap();
         assert_eq!((pol.group.as_deref(), pol.direction(), pol.cooldown.value()), (Some("asg"), -1, Some(0)));
         assert!(tpl.group("scale_down").is_err());
+        assert_eq!(tpl.policy_group("scale_down").as_deref(), Some("asg"));
+        assert_eq!(tpl.policy_group("group"), None);
         assert!(tpl.group("nope").is_err());
     }
 

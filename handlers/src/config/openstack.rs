@@ -170,10 +170,16 @@ pub enum HeatScaleUp {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "kebab-case")]
 pub enum HeatRemove {
-    /// Stack PATCH: count - 1 and `removal_policies: [{resource_list: [member]}]`. The default.
+    /// Stack PATCH: count - 1 and `removal_policies: [{resource_list: [member]}]`
+    /// (a ResourceGroup; an AutoScalingGroup member is marked and removed
+    /// as with `mark-unhealthy`). The default.
     #[default]
     RemovalPolicies,
-    /// Mark the member unhealthy, then signal the scale-down policy.
+    /// Mark the member unhealthy, then the stack update that makes Heat drop
+    /// exactly it (AutoScalingGroup: `{"parameters": {}}`, or its
+    /// `desired_capacity` parameter lowered; ResourceGroup: as
+    /// `removal-policies`). Never the scale-down signal: after a mark, Heat
+    /// removes the marked member *and* the oldest healthy one.
     MarkUnhealthy,
 }
 
@@ -226,7 +232,12 @@ pub struct HeatConfig {
     pub removal_policies_param: String,
     /// With `scale_up = "count"`: a stack parameter set to the operation id
     /// in the same PATCH, for the template to hand to new members (in their
-    /// user data) so that the new node reports it as `booted_for`. Default none.
+    /// user data) so that the new node reports it as `booted_for`. Heat
+    /// replaces every existing member whose properties change under a
+    /// replace-on-update policy (`OS::Nova::Server` `user_data` with the
+    /// default `user_data_update_policy: REPLACE`): each such PATCH is
+    /// previewed first and refused when it would replace a member (set the
+    /// server's `user_data_update_policy: IGNORE`). Default none.
     #[serde(default)]
     pub op_param: Option<String>,
     /// How host names map to Nova server names. Default `short`.
@@ -236,9 +247,18 @@ pub struct HeatConfig {
     /// flavor when absent; no pre-flight when neither is set. Default none.
     #[serde(default)]
     pub flavor: Option<String>,
-    /// Bound on waiting for UPDATE_COMPLETE. Default `15m`.
+    /// Bound on one whole call: the stack update, or a signal's resize
+    /// until the policy's event. Default `15m`.
     #[serde(default = "default_update_timeout", with = "humantime_serde")]
     pub update_timeout: Duration,
+    /// How long Heat may take to *start* acting on a scaling signal
+    /// (group metadata `scaling_in_progress`, a new nested-stack update or
+    /// the policy's event) before the signal counts as ignored: Heat answers
+    /// 200 to every signal and drops those that come during a cooldown, a
+    /// scaling or at a size limit without a trace. Measured start: 2 to 7 s.
+    /// Default `60s`; less than `update_timeout`.
+    #[serde(default = "default_signal_timeout", with = "humantime_serde")]
+    pub signal_timeout: Duration,
     /// Interval between status polls. Default `5s`.
     #[serde(default = "default_poll", with = "humantime_serde")]
     pub poll_interval: Duration,
@@ -261,6 +281,9 @@ fn default_removal_param() -> String {
 }
 fn default_update_timeout() -> Duration {
     Duration::from_secs(900)
+}
+fn default_signal_timeout() -> Duration {
+    Duration::from_secs(60)
 }
 
 impl HeatConfig {
@@ -295,6 +318,13 @@ impl HeatConfig {
             check::http_url("scale_down_alarm_url", u)?;
         }
         positive("update_timeout", self.update_timeout)?;
+        positive("signal_timeout", self.signal_timeout)?;
+        if self.signal_timeout >= self.update_timeout {
+            return Err(Invalid::new(
+                "signal_timeout",
+                "must be less than update_timeout (it is the first part of the same wait)",
+            ));
+        }
         positive("poll_interval", self.poll_interval)
     }
 }
@@ -349,12 +379,15 @@ pub struct HeatViaNodeConfig {
     /// Action asked of an active node to add a node. Default `scale_up`.
     #[serde(default = "default_up_action")]
     pub scale_up_action: HeatAction,
-    /// First ask the node being removed to mark its own group member
-    /// unhealthy (`mark_unhealthy`), so Heat removes exactly it. Default `true`.
+    /// Remove a node by asking it to mark its own group member unhealthy
+    /// (`mark_unhealthy`): the node then updates the stack so that Heat
+    /// removes exactly that member, and no scale-down signal is sent (after
+    /// a mark it would remove one more). Default `true`.
     #[serde(default = "default_true")]
     pub mark_unhealthy_first: bool,
-    /// Then asked (of the node being removed, else of another active node)
-    /// to shrink the group. Default `scale_down`.
+    /// Without `mark_unhealthy_first`: asked (of the node being removed,
+    /// else of another active node) to shrink the group; Heat picks the
+    /// victim. Default `scale_down`.
     #[serde(default = "default_down_action")]
     pub scale_down_action: HeatAction,
     /// How long one node may take to answer. Default `60s`.

@@ -23,6 +23,9 @@ pub enum CredentialSource {
     CloudsYaml,
 }
 
+/// Nova's metadata service: `uuid` is the server's id.
+pub const NOVA_METADATA_URL: &str = "http://169.254.169.254/openstack/latest/meta_data.json";
+
 /// `[heat]`: the cfn-push-stats role.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
@@ -35,17 +38,40 @@ pub struct HeatSection {
     pub scale_down_url: Option<String>,
     /// Resource signal URL, POSTed with a Keystone token.
     pub signal_url: Option<String>,
-    /// JSON body sent to `signal_url` (`{"host": ...}` style); `{node}` and
-    /// `{reason}` are replaced.
+    /// JSON body sent to `signal_url`; `{node}` and `{reason}` are replaced.
+    /// Default: Aodh's shape `{"previous": "ok", "current": "alarm",
+    /// "reason": "<node>: <reason>", "host": "<node>"}`, the only object
+    /// Heat turns into a readable event (others read "Unknown").
     pub signal_body: Option<String>,
     /// Heat endpoint (`https://heat:8004/v1/<tenant>`); from the catalog when absent.
     pub endpoint: Option<String>,
-    /// Name of the stack that holds this node's group member.
+    /// Name of the stack that declares this node's group (the member itself
+    /// lives in the group's nested stack and is found there).
     pub stack_name: Option<String>,
     /// Id of that stack.
     pub stack_id: Option<String>,
-    /// This node's member (resource name) in that stack; the node name when absent.
+    /// The group resource in that stack; the one group holding this node's
+    /// member when absent.
+    pub group_resource: Option<String>,
+    /// This node's member, by its resource name in the group (`0`, `1`, ...
+    /// or a random id); when absent it is found by `server_id`.
     pub member: Option<String>,
+    /// This node's server id (the physical id of its member or of the
+    /// server inside it); read from `metadata_url` when absent.
+    pub server_id: Option<String>,
+    /// Where the server id is read when `server_id` and `member` are
+    /// absent: Nova's metadata service (`uuid` of `meta_data.json`).
+    pub metadata_url: String,
+    /// `mark_unhealthy` then updates the stack so that Heat removes exactly
+    /// this member (an AutoScalingGroup only acts on a mark at its next
+    /// update or signal, and a scale-down signal would remove one more).
+    pub mark_unhealthy_removes: bool,
+    /// How long Heat may take to start acting on a `scale_up`, `scale_down`
+    /// or `signal` before the agent reports the signal ignored (Heat answers
+    /// 200 and drops signals during a cooldown, a scaling, or at a size
+    /// limit). Needs credentials; `0s` reports the 200 unconfirmed.
+    #[serde(with = "duration")]
+    pub confirm_timeout: Duration,
     /// Where credentials come from: `env`, `auth_env` or `clouds_yaml`.
     pub credentials: CredentialSource,
     /// The `auth.env` file for `credentials = "auth_env"`.
@@ -70,7 +96,12 @@ impl Default for HeatSection {
             endpoint: None,
             stack_name: None,
             stack_id: None,
+            group_resource: None,
             member: None,
+            server_id: None,
+            metadata_url: NOVA_METADATA_URL.into(),
+            mark_unhealthy_removes: true,
+            confirm_timeout: Duration::from_secs(30),
             credentials: CredentialSource::Env,
             auth_env: None,
             cloud: None,
@@ -91,7 +122,8 @@ pub enum RemoveAction {
     ScaleDown,
     /// POST `signal_url` with a token.
     Signal,
-    /// Mark this node's member unhealthy.
+    /// Mark this node's member unhealthy (and, with
+    /// `mark_unhealthy_removes`, have Heat remove exactly it).
     MarkUnhealthy,
 }
 
@@ -115,6 +147,13 @@ impl HeatSection {
         check::optional_http_url("heat.scale_down_url", h.scale_down_url.as_deref())?;
         check::optional_http_url("heat.signal_url", h.signal_url.as_deref())?;
         check::optional_http_url("heat.endpoint", h.endpoint.as_deref())?;
+        check::http_url("heat.metadata_url", &h.metadata_url)?;
+        check::within(
+            "heat.confirm_timeout",
+            h.confirm_timeout,
+            Duration::ZERO,
+            Duration::from_secs(600),
+        )?;
         if let Some(body) = &h.signal_body {
             let probe = body.replace("{node}", "n").replace("{reason}", "r");
             serde_json::from_str::<serde_json::Value>(&probe)

@@ -3,6 +3,12 @@
 //! The agent sees only [`Signaller`]; [`signaller::HeatSignaller`] implements it against
 //! the real Heat and Keystone APIs with the node's own credentials, through
 //! `gearshift-cloud`'s Heat client.
+//!
+//! ## Layout
+//! - this file: [`Signaller`], [`SignalOutcome`], [`SignalError`].
+//! - [`signaller`]: [`HeatSignaller`] from `[heat]`, its checks and `--dry-run` text.
+//! - `actions`: what each action sends, and how a scaling signal is
+//!   confirmed and the node's own member found and removed.
 
 use async_trait::async_trait;
 use gearshift_proto::msg::HeatAction;
@@ -47,13 +53,16 @@ pub trait Signaller: Send + Sync + 'static {
     async fn signal(&self, action: HeatAction, reason: &str) -> Result<SignalOutcome, SignalError>;
 }
 
-/// Whether sending `action` twice has the same effect as once. Marking a
-/// member unhealthy is; a scaling signal is not (it would scale twice), so a
-/// signal interrupted by a crash is reported failed rather than sent again.
+/// Whether sending `action` twice has the same effect as once. Marking this
+/// node's own member unhealthy (and removing it) is: the member is found by
+/// this node's server id, so a second run finds it gone or already marked;
+/// a scaling signal is not (it would scale twice), so a signal interrupted
+/// by a crash is reported failed rather than sent again.
 pub fn is_idempotent(action: HeatAction) -> bool {
     matches!(action, HeatAction::MarkUnhealthy)
 }
 
+mod actions;
 pub mod signaller;
 
 pub use signaller::{HeatSignaller, signaller_from_config};

@@ -1,11 +1,11 @@
 //! [`HeatSignaller`]: the node's Heat signals, sent with `gearshift-cloud`'s
 //! Heat client (the one the broker agent's `heat` handler uses).
 //!
-//! | action | request |
+//! | action | requests |
 //! | --- | --- |
-//! | `scale_up`, `scale_down` | `POST <alarm_url>` (the policy's pre-signed URL; no token, no body) |
-//! | `signal` | `POST <signal_url>` with `X-Auth-Token` and a JSON body (`{"host": <node>, "reason": <reason>}` unless `heat.signal_body` says otherwise) |
-//! | `mark_unhealthy` | `PATCH <heat>/stacks/{stack_name}/{stack_id}/resources/{member}` with `X-Auth-Token` and `{"mark_unhealthy": true, "resource_status_reason": <reason>}` |
+//! | `scale_up`, `scale_down` | `POST <alarm_url>` (the policy's pre-signed URL; no token, no body); with credentials, checked before and confirmed after ([`gearshift_cloud::heat::scaling`]) |
+//! | `signal` | `POST <signal_url>` with `X-Auth-Token` and a JSON body (Aodh's shape unless `heat.signal_body` says otherwise); confirmed the same way when it names a scaling policy |
+//! | `mark_unhealthy` | find this node's member (`GET <heat>/stacks/{stack}/resources?nested_depth=2`, by `server_id` or `member`), `PATCH .../stacks/{nested}/resources/{member}` `{"mark_unhealthy": true, "resource_status_reason": <reason>}`, then (with `mark_unhealthy_removes`) the stack PATCH that makes Heat remove exactly it ([`gearshift_cloud::heat::removal`]) |
 //!
 //! Tokens come from Keystone v3 (`POST /v3/auth/tokens`, password or
 //! application credential), with credentials from the `OS_*` variables,
@@ -13,12 +13,11 @@
 //! is the catalog's `orchestration` entry unless `heat.endpoint` overrides it.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use async_trait::async_trait;
-use gearshift_cloud::heat::{
-    Heat, StackId, mark_unhealthy_body, mark_unhealthy_path, post_alarm_url, post_signal_url,
-};
-use gearshift_cloud::http::{HttpClient, HttpOptions, Response, redact_url};
+use gearshift_cloud::heat::{Heat, StackId, mark_unhealthy_body};
+use gearshift_cloud::http::{HttpClient, HttpOptions, redact_url};
 use gearshift_cloud::{CloudError, Credentials, CredentialsFrom, Session, SessionOptions};
 use gearshift_proto::msg::HeatAction;
 use serde_json::{Value, json};
@@ -28,17 +27,22 @@ use crate::config::{CredentialSource, HeatSection, NodeConfig, RemoveAction};
 
 /// Sends the configured Heat actions.
 pub struct HeatSignaller {
-    node: String,
-    /// For pre-signed alarm URLs, which need no credentials.
-    http: HttpClient,
+    pub(super) node: String,
+    /// For pre-signed alarm URLs and the metadata service, which need no credentials.
+    pub(super) http: HttpClient,
     /// For the actions that need a token; the credentials' problem otherwise.
-    heat: Result<Heat, String>,
-    scale_up_url: Option<String>,
-    scale_down_url: Option<String>,
-    signal_url: Option<String>,
+    pub(super) heat: Result<Heat, String>,
+    pub(super) scale_up_url: Option<String>,
+    pub(super) scale_down_url: Option<String>,
+    pub(super) signal_url: Option<String>,
     signal_body: Option<String>,
-    stack: Option<StackId>,
-    member: String,
+    pub(super) stack: Option<StackId>,
+    pub(super) group: Option<String>,
+    pub(super) member: Option<String>,
+    pub(super) server_id: Option<String>,
+    pub(super) metadata_url: String,
+    pub(super) removes: bool,
+    pub(super) confirm: Duration,
 }
 
 impl std::fmt::Debug for HeatSignaller {
@@ -48,40 +52,8 @@ impl std::fmt::Debug for HeatSignaller {
             .field("session", &self.heat.as_ref().map(|_| "ok"))
             .field("stack", &self.stack)
             .field("member", &self.member)
+            .field("server_id", &self.server_id)
             .finish_non_exhaustive()
-    }
-}
-
-fn to_signal_error(e: CloudError) -> SignalError {
-    SignalError {
-        message: e.to_string(),
-        http_status: e.status(),
-        retryable: e.is_retryable(),
-    }
-}
-
-/// What Heat answered, as the node reports it: the status and the body
-/// (at most 1 KiB), or the status's name for an empty body.
-fn outcome(resp: &Response) -> SignalOutcome {
-    let body = String::from_utf8_lossy(&resp.body);
-    let mut detail = body.trim().to_string();
-    if detail.len() > 1024 {
-        let mut end = 1024;
-        while !detail.is_char_boundary(end) {
-            end -= 1;
-        }
-        detail.truncate(end);
-    }
-    if detail.is_empty() {
-        detail = resp
-            .status
-            .canonical_reason()
-            .unwrap_or("accepted")
-            .to_string();
-    }
-    SignalOutcome {
-        status: resp.status.as_u16(),
-        detail,
     }
 }
 
@@ -110,11 +82,12 @@ fn credentials(heat: &HeatSection) -> Result<Credentials, CloudError> {
 impl HeatSignaller {
     /// A signaller for `cfg.heat`, acting for node `node`. Loads credentials
     /// now (no network); a signaller without usable credentials still sends
-    /// pre-signed alarm URLs, and reports the credentials problem for the rest.
+    /// pre-signed alarm URLs (unconfirmed), and reports the credentials
+    /// problem for the rest.
     pub fn new(heat: &HeatSection, node: &str) -> Result<Self, String> {
         let http_opts = HttpOptions {
             timeout: heat.timeout,
-            connect_timeout: heat.timeout.min(std::time::Duration::from_secs(10)),
+            connect_timeout: heat.timeout.min(Duration::from_secs(10)),
             ..HttpOptions::default()
         };
         let http = HttpClient::new(&http_opts).map_err(|e| e.to_string())?;
@@ -144,7 +117,12 @@ impl HeatSignaller {
                 .clone()
                 .zip(heat.stack_id.clone())
                 .map(|(name, id)| StackId { name, id }),
-            member: heat.member.clone().unwrap_or_else(|| node.to_string()),
+            group: heat.group_resource.clone(),
+            member: heat.member.clone(),
+            server_id: heat.server_id.clone(),
+            metadata_url: heat.metadata_url.clone(),
+            removes: heat.mark_unhealthy_removes,
+            confirm: heat.confirm_timeout,
         })
     }
 
@@ -178,7 +156,7 @@ impl HeatSignaller {
         Ok(())
     }
 
-    fn heat(&self, action: HeatAction) -> Result<&Heat, SignalError> {
+    pub(super) fn heat(&self, action: HeatAction) -> Result<&Heat, SignalError> {
         self.heat.as_ref().map_err(|e| {
             SignalError::config(format!(
                 "{} needs Keystone credentials: {e}",
@@ -190,7 +168,12 @@ impl HeatSignaller {
     /// The JSON body sent to `signal_url`.
     pub fn signal_body(&self, reason: &str) -> Result<Value, SignalError> {
         match &self.signal_body {
-            None => Ok(json!({ "host": self.node, "reason": reason })),
+            None => Ok(json!({
+                "previous": "ok",
+                "current": "alarm",
+                "reason": format!("{}: {reason}", self.node),
+                "host": self.node,
+            })),
             Some(t) => {
                 let text = t
                     .replace("{node}", &json_escape(&self.node))
@@ -201,19 +184,12 @@ impl HeatSignaller {
         }
     }
 
-    fn alarm_url(&self, action: HeatAction) -> &str {
+    pub(super) fn alarm_url(&self, action: HeatAction) -> &str {
         let url = match action {
             HeatAction::ScaleUp => &self.scale_up_url,
             _ => &self.scale_down_url,
         };
         url.as_deref().unwrap_or_default()
-    }
-
-    fn stack(&self) -> StackId {
-        self.stack.clone().unwrap_or(StackId {
-            name: String::new(),
-            id: String::new(),
-        })
     }
 
     /// The request `action` would send, for `heat-signal --dry-run`
@@ -230,11 +206,27 @@ impl HeatSignaller {
                 self.signal_body(reason)?
             ),
             HeatAction::MarkUnhealthy => format!(
-                "PATCH <orchestration endpoint>/{}\nX-Auth-Token: <Keystone token>\nContent-Type: application/json\n\n{}",
-                mark_unhealthy_path(&self.stack(), &self.member),
-                mark_unhealthy_body(reason)
+                "GET <orchestration endpoint>/{}/resources?nested_depth=2 (this node's member: {})\n\
+                 PATCH <orchestration endpoint>/stacks/<group's nested stack>/resources/<member>\n\
+                 X-Auth-Token: <Keystone token>\nContent-Type: application/json\n\n{}{}",
+                self.stack.as_ref().map(StackId::path).unwrap_or_default(),
+                self.member_description(),
+                mark_unhealthy_body(reason),
+                if self.removes {
+                    "\nthen PATCH the stack so that Heat removes exactly this member"
+                } else {
+                    ""
+                }
             ),
         })
+    }
+
+    fn member_description(&self) -> String {
+        match (&self.member, &self.server_id) {
+            (Some(m), _) => format!("member {m}"),
+            (None, Some(id)) => format!("the member holding server {id}"),
+            (None, None) => format!("the member holding the server id from {}", self.metadata_url),
+        }
     }
 }
 
@@ -242,22 +234,17 @@ impl HeatSignaller {
 impl Signaller for HeatSignaller {
     async fn signal(&self, action: HeatAction, reason: &str) -> Result<SignalOutcome, SignalError> {
         self.check_configured(action).map_err(SignalError::config)?;
-        let resp = match action {
+        match action {
             HeatAction::ScaleUp | HeatAction::ScaleDown => {
-                post_alarm_url(&self.http, self.alarm_url(action), None).await
+                self.scale_signal(action, self.alarm_url(action), None).await
             }
             HeatAction::Signal => {
-                let url = self.signal_url.as_deref().unwrap_or_default();
                 let body = self.signal_body(reason)?;
-                post_signal_url(self.heat(action)?.session(), url, Some(&body)).await
+                let url = self.signal_url.as_deref().unwrap_or_default();
+                self.scale_signal(action, url, Some(&body)).await
             }
-            HeatAction::MarkUnhealthy => {
-                self.heat(action)?
-                    .mark_unhealthy(&self.stack(), &self.member, reason)
-                    .await
-            }
-        };
-        resp.map(|r| outcome(&r)).map_err(to_signal_error)
+            HeatAction::MarkUnhealthy => self.mark_own_member(reason).await,
+        }
     }
 }
 
@@ -309,7 +296,7 @@ mod tests {
         let plain = HeatSignaller::new(&HeatSection::default(), "n1").unwrap();
         assert_eq!(
             plain.signal_body("r").unwrap(),
-            json!({"host": "n1", "reason": "r"})
+            json!({"previous": "ok", "current": "alarm", "reason": "n1: r", "host": "n1"})
         );
         assert!(plain.check_configured(HeatAction::ScaleUp).is_err());
     }
