@@ -185,7 +185,9 @@ pub enum CloudError {
     /// heat-api-cfn refused a pre-signed URL: XML `AccessDenied` (403: the
     /// signature does not match, or its EC2 key is gone) or
     /// `IncompleteSignature` (400: the query lost its signature).
-    #[error("{url}: HTTP {status} {code}: {message} (the pre-signed URL is no longer valid: read the policy's alarm_url again)")]
+    #[error(
+        "{url}: HTTP {status} {code}: {message} (the pre-signed URL is no longer valid: read the policy's alarm_url again)"
+    )]
     PresignedRefused {
         /// The URL, without its query.
         url: String,
@@ -241,7 +243,9 @@ pub enum Ignored {
 impl std::fmt::Display for Ignored {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Ignored::Cooldown { until } => write!(f, "the group is in its cooldown until {until} UTC"),
+            Ignored::Cooldown { until } => {
+                write!(f, "the group is in its cooldown until {until} UTC")
+            }
             Ignored::Scaling => f.write_str("the group is already scaling"),
             Ignored::AtMax { max } => write!(f, "the group is at its max_size {max}"),
             Ignored::AtMin { min } => write!(f, "the group is at its min_size {min}"),

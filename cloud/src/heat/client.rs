@@ -11,7 +11,9 @@ use serde_json::{Value, json};
 use super::members::Resource;
 use super::{Stack, StackId, seg};
 use crate::auth::Session;
-use crate::error::{CloudError, Service, bounded, heat_reason_names_cancel, heat_reason_names_quota};
+use crate::error::{
+    CloudError, Service, bounded, heat_reason_names_cancel, heat_reason_names_quota,
+};
 use crate::http::{HttpClient, Response, check, redact_url};
 
 /// Heat API client.
@@ -114,13 +116,21 @@ impl Heat {
         let path = format!("{}/preview?show_nested=true", stack.path());
         let resp = self
             .session
-            .request(Service::Orchestration, Method::PATCH, &path, &[], Some(body))
+            .request(
+                Service::Orchestration,
+                Method::PATCH,
+                &path,
+                &[],
+                Some(body),
+            )
             .await?;
         #[derive(Deserialize)]
         struct Body {
             resource_changes: PreviewChanges,
         }
-        Ok(resp.json::<Body>(Service::Orchestration, &path)?.resource_changes)
+        Ok(resp
+            .json::<Body>(Service::Orchestration, &path)?
+            .resource_changes)
     }
 
     /// The stack's template, as Heat stored it (JSON, whatever format it was
@@ -161,7 +171,9 @@ impl Heat {
 
     /// The newest `SIGNAL` events of `resource`, newest first (at most
     /// `limit`). Heat writes one when a signal was handled, and none for a
-    /// signal it ignored.
+    /// signal it ignored. When the filter matches no event, Heat 27 answers
+    /// `404` `HTTPNotFound` "No events found for resource ..." (a missing
+    /// resource is `ResourceNotFound`): that is an empty list.
     pub async fn signal_events(
         &self,
         stack: &StackId,
@@ -177,7 +189,11 @@ impl Heat {
             stack.path(),
             seg(resource)
         );
-        Ok(self.get_json::<Body>(&path).await?.events)
+        match self.get_json::<Body>(&path).await {
+            Ok(b) => Ok(b.events),
+            Err(e) if e.is_not_found() && e.kind() == Some("HTTPNotFound") => Ok(Vec::new()),
+            Err(e) => Err(e),
+        }
     }
 
     /// Marks `resource` of `stack` (the member's own, nested stack)

@@ -198,9 +198,9 @@ pub fn find_member(
                 MemberKey::PhysicalId(id) => {
                     m.physical_resource_id == id
                         || (!m.physical_resource_id.is_empty()
-                            && resources
-                                .iter()
-                                .any(|r| r.physical_resource_id == id && r.in_stack(&m.physical_resource_id)))
+                            && resources.iter().any(|r| {
+                                r.physical_resource_id == id && r.in_stack(&m.physical_resource_id)
+                            }))
                 }
             };
             if hit {
@@ -259,13 +259,55 @@ mod tests {
     /// and an AutoScalingGroup of plain members.
     fn listing() -> Vec<Resource> {
         vec![
-            res("group", "OS::Heat::ResourceGroup", "g1", "top/t1", Some("top-group-x/g1")),
-            res("0", "member.yaml", "m0", "top-group-x/g1", Some("top-group-x-0/m0")),
-            res("1", "member.yaml", "m1", "top-group-x/g1", Some("top-group-x-1/m1")),
-            res("server", "OS::Nova::Server", "uuid-0", "top-group-x-0/m0", None),
-            res("server", "OS::Nova::Server", "uuid-1", "top-group-x-1/m1", None),
-            res("asg", "OS::Heat::AutoScalingGroup", "a1", "top/t1", Some("top-asg-y/a1")),
-            res("abcdefghijkl", "OS::Nova::Server", "uuid-a", "top-asg-y/a1", None),
+            res(
+                "group",
+                "OS::Heat::ResourceGroup",
+                "g1",
+                "top/t1",
+                Some("top-group-x/g1"),
+            ),
+            res(
+                "0",
+                "member.yaml",
+                "m0",
+                "top-group-x/g1",
+                Some("top-group-x-0/m0"),
+            ),
+            res(
+                "1",
+                "member.yaml",
+                "m1",
+                "top-group-x/g1",
+                Some("top-group-x-1/m1"),
+            ),
+            res(
+                "server",
+                "OS::Nova::Server",
+                "uuid-0",
+                "top-group-x-0/m0",
+                None,
+            ),
+            res(
+                "server",
+                "OS::Nova::Server",
+                "uuid-1",
+                "top-group-x-1/m1",
+                None,
+            ),
+            res(
+                "asg",
+                "OS::Heat::AutoScalingGroup",
+                "a1",
+                "top/t1",
+                Some("top-asg-y/a1"),
+            ),
+            res(
+                "abcdefghijkl",
+                "OS::Nova::Server",
+                "uuid-a",
+                "top-asg-y/a1",
+                None,
+            ),
             res("scale_up", "OS::Heat::ScalingPolicy", "p1", "top/t1", None),
         ]
     }
@@ -275,11 +317,17 @@ mod tests {
         let l = listing();
         let m = find_member(&l, MemberKey::PhysicalId("uuid-1"), None).unwrap();
         assert_eq!(m.member.resource_name, "1");
-        assert_eq!((m.group.as_str(), m.kind), ("group", GroupKind::ResourceGroup));
+        assert_eq!(
+            (m.group.as_str(), m.kind),
+            ("group", GroupKind::ResourceGroup)
+        );
         assert_eq!(m.nested.to_string(), "top-group-x/g1");
         assert_eq!(m.group_stack.to_string(), "top/t1");
         let a = find_member(&l, MemberKey::PhysicalId("uuid-a"), None).unwrap();
-        assert_eq!((a.member.resource_name.as_str(), a.kind), ("abcdefghijkl", GroupKind::AutoScalingGroup));
+        assert_eq!(
+            (a.member.resource_name.as_str(), a.kind),
+            ("abcdefghijkl", GroupKind::AutoScalingGroup)
+        );
         assert_eq!(a.nested.to_string(), "top-asg-y/a1");
     }
 
@@ -287,7 +335,10 @@ mod tests {
     fn names_are_ambiguous_across_groups_without_the_group() {
         let l = listing();
         assert!(find_member(&l, MemberKey::Name("0"), Some("group")).is_ok());
-        assert!(find_member(&l, MemberKey::Name("server"), None).is_err(), "not a member");
+        assert!(
+            find_member(&l, MemberKey::Name("server"), None).is_err(),
+            "not a member"
+        );
         let e = find_member(&l, MemberKey::PhysicalId("nope"), None).unwrap_err();
         assert!(e.to_string().contains("no member of group, asg"), "{e}");
         assert!(find_member(&l, MemberKey::PhysicalId("uuid-a"), Some("group")).is_err());
@@ -298,7 +349,10 @@ mod tests {
     fn members_are_ordered_oldest_first() {
         let l = listing();
         let g = &l[0];
-        let names: Vec<&str> = group_members(&l, g).iter().map(|r| r.resource_name.as_str()).collect();
+        let names: Vec<&str> = group_members(&l, g)
+            .iter()
+            .map(|r| r.resource_name.as_str())
+            .collect();
         assert_eq!(names, vec!["0", "1"]);
         assert_eq!(g.nested_stack().unwrap().to_string(), "top-group-x/g1");
     }

@@ -57,7 +57,10 @@ pub struct RemovalPlan {
 
 fn refused(member: &MemberRef, reason: String) -> CloudError {
     CloudError::Refused {
-        what: format!("removing member {} of group {}", member.member.resource_name, member.group),
+        what: format!(
+            "removing member {} of group {}",
+            member.member.resource_name, member.group
+        ),
         reason,
     }
 }
@@ -101,7 +104,12 @@ pub fn plan_removal(
             if let Some(min) = spec.min_size.value()
                 && healthy < min
             {
-                return Err(refused(member, format!("the group would fall below its min_size {min}: Heat would replace the member instead")));
+                return Err(refused(
+                    member,
+                    format!(
+                        "the group would fall below its min_size {min}: Heat would replace the member instead"
+                    ),
+                ));
             }
             let body = match &spec.desired {
                 Size::Absent => json!({"parameters": {}}),
@@ -111,7 +119,9 @@ pub fn plan_removal(
                 }
             };
             Ok(RemovalPlan {
-                summary: format!("marked member {name} unhealthy; stack update to {healthy} healthy members"),
+                summary: format!(
+                    "marked member {name} unhealthy; stack update to {healthy} healthy members"
+                ),
                 body,
                 mark: true,
             })
@@ -146,7 +156,9 @@ impl Heat {
         ensure_settled(&top)?;
         ensure_settled(&self.get_stack(&member.nested.to_string()).await?)?;
         if member.kind == GroupKind::AutoScalingGroup {
-            let meta = self.resource_metadata(&member.group_stack, &member.group).await?;
+            let meta = self
+                .resource_metadata(&member.group_stack, &member.group)
+                .await?;
             if metadata_flags(&meta).0 {
                 return Err(CloudError::Busy {
                     what: format!("group {} of stack {}", member.group, member.group_stack),
@@ -166,26 +178,52 @@ impl Heat {
         let before: Vec<String> = members.iter().map(|m| m.resource_name.clone()).collect();
         let name = member.member.resource_name.as_str();
         if !before.iter().any(|n| n == name) {
-            return Ok(RemovalOutcome { plan: None, before, after: None });
+            return Ok(RemovalOutcome {
+                plan: None,
+                before,
+                after: None,
+            });
         }
         let plan = plan_removal(member, &spec, &members, how)?;
         if plan.mark {
             match self.mark_unhealthy(&member.nested, name, &how.reason).await {
                 Err(e) if e.is_resource_not_found() => {
-                    return Ok(RemovalOutcome { plan: None, before, after: None });
+                    return Ok(RemovalOutcome {
+                        plan: None,
+                        before,
+                        after: None,
+                    });
                 }
                 other => drop(other?),
             }
         }
         self.patch_stack(&member.group_stack, &plan.body).await?;
         let Some((timeout, poll)) = wait else {
-            return Ok(RemovalOutcome { plan: Some(plan), before, after: None });
+            return Ok(RemovalOutcome {
+                plan: Some(plan),
+                before,
+                after: None,
+            });
         };
-        self.wait_update(&member.group_stack, top.updated_time.as_deref(), timeout, poll)
-            .await?;
-        let after: Vec<String> = self.members(&member.nested).await?.into_iter().map(|m| m.resource_name).collect();
+        self.wait_update(
+            &member.group_stack,
+            top.updated_time.as_deref(),
+            timeout,
+            poll,
+        )
+        .await?;
+        let after: Vec<String> = self
+            .members(&member.nested)
+            .await?
+            .into_iter()
+            .map(|m| m.resource_name)
+            .collect();
         check_only_victim_went(member, &before, &after)?;
-        Ok(RemovalOutcome { plan: Some(plan), before, after: Some(after) })
+        Ok(RemovalOutcome {
+            plan: Some(plan),
+            before,
+            after: Some(after),
+        })
     }
 
     /// The members of a group's nested stack, oldest first.
@@ -197,9 +235,16 @@ impl Heat {
 }
 
 /// After the update: the victim gone, every other member still there.
-fn check_only_victim_went(member: &MemberRef, before: &[String], after: &[String]) -> Result<(), CloudError> {
+fn check_only_victim_went(
+    member: &MemberRef,
+    before: &[String],
+    after: &[String],
+) -> Result<(), CloudError> {
     let name = &member.member.resource_name;
-    let lost: Vec<&String> = before.iter().filter(|n| *n != name && !after.contains(n)).collect();
+    let lost: Vec<&String> = before
+        .iter()
+        .filter(|n| *n != name && !after.contains(n))
+        .collect();
     if after.contains(name) || !lost.is_empty() {
         return Err(CloudError::Failed {
             what: format!("group {} of stack {}", member.group, member.group_stack),
@@ -227,7 +272,15 @@ mod tests {
     }
 
     fn members(names: &[&str]) -> Vec<Resource> {
-        names.iter().map(|n| serde_json::from_value(json!({"resource_name": n, "resource_status": "CREATE_COMPLETE"})).unwrap()).collect()
+        names
+            .iter()
+            .map(|n| {
+                serde_json::from_value(
+                    json!({"resource_name": n, "resource_status": "CREATE_COMPLETE"}),
+                )
+                .unwrap()
+            })
+            .collect()
     }
 
     fn spec(kind: GroupKind, desired: Size) -> GroupSpec {
@@ -236,8 +289,14 @@ mod tests {
             min_size: Size::Literal(1),
             max_size: Size::Absent,
             desired,
-            count: Size::Param { name: "count".into(), value: Some(3) },
-            removal_policies: Size::Param { name: "removal_policies".into(), value: None },
+            count: Size::Param {
+                name: "count".into(),
+                value: Some(3),
+            },
+            removal_policies: Size::Param {
+                name: "removal_policies".into(),
+                value: None,
+            },
         }
     }
 
@@ -246,14 +305,38 @@ mod tests {
         let m = member(GroupKind::AutoScalingGroup, "b");
         let ms = members(&["a", "b", "c"]);
         let how = Removal::default();
-        let p = plan_removal(&m, &spec(GroupKind::AutoScalingGroup, Size::Absent), &ms, &how).unwrap();
+        let p = plan_removal(
+            &m,
+            &spec(GroupKind::AutoScalingGroup, Size::Absent),
+            &ms,
+            &how,
+        )
+        .unwrap();
         assert_eq!((p.body, p.mark), (json!({"parameters": {}}), true));
-        let with = Size::Param { name: "asg_desired".into(), value: Some(3) };
+        let with = Size::Param {
+            name: "asg_desired".into(),
+            value: Some(3),
+        };
         let p = plan_removal(&m, &spec(GroupKind::AutoScalingGroup, with), &ms, &how).unwrap();
         assert_eq!(p.body, json!({"parameters": {"asg_desired": 2}}));
-        let e = plan_removal(&m, &spec(GroupKind::AutoScalingGroup, Size::Literal(3)), &ms, &how).unwrap_err();
-        assert!(matches!(e, CloudError::Refused { .. }) && !e.is_retryable(), "{e}");
-        let e = plan_removal(&m, &spec(GroupKind::AutoScalingGroup, Size::Absent), &members(&["b"]), &how).unwrap_err();
+        let e = plan_removal(
+            &m,
+            &spec(GroupKind::AutoScalingGroup, Size::Literal(3)),
+            &ms,
+            &how,
+        )
+        .unwrap_err();
+        assert!(
+            matches!(e, CloudError::Refused { .. }) && !e.is_retryable(),
+            "{e}"
+        );
+        let e = plan_removal(
+            &m,
+            &spec(GroupKind::AutoScalingGroup, Size::Absent),
+            &members(&["b"]),
+            &how,
+        )
+        .unwrap_err();
         assert!(e.to_string().contains("min_size 1"), "{e}");
     }
 
@@ -261,15 +344,35 @@ mod tests {
     fn resource_group_plans_use_removal_policies() {
         let m = member(GroupKind::ResourceGroup, "1");
         let ms = members(&["0", "1", "2"]);
-        let p = plan_removal(&m, &spec(GroupKind::ResourceGroup, Size::Absent), &ms, &Removal::default()).unwrap();
-        assert_eq!(p.body, json!({"parameters": {"count": 2, "removal_policies": [{"resource_list": ["1"]}]}}));
+        let p = plan_removal(
+            &m,
+            &spec(GroupKind::ResourceGroup, Size::Absent),
+            &ms,
+            &Removal::default(),
+        )
+        .unwrap();
+        assert_eq!(
+            p.body,
+            json!({"parameters": {"count": 2, "removal_policies": [{"resource_list": ["1"]}]}})
+        );
         assert!(!p.mark);
         let mut fixed = spec(GroupKind::ResourceGroup, Size::Absent);
         fixed.removal_policies = Size::Unknown;
         assert!(plan_removal(&m, &fixed, &ms, &Removal::default()).is_err());
-        let how = Removal { count_param: Some("n".into()), removal_policies_param: Some("rp".into()), mark_resource_group: true, reason: String::new() };
+        let how = Removal {
+            count_param: Some("n".into()),
+            removal_policies_param: Some("rp".into()),
+            mark_resource_group: true,
+            reason: String::new(),
+        };
         let p = plan_removal(&m, &fixed, &ms, &how).unwrap();
-        assert_eq!((p.body, p.mark), (json!({"parameters": {"n": 2, "rp": [{"resource_list": ["1"]}]}}), true));
+        assert_eq!(
+            (p.body, p.mark),
+            (
+                json!({"parameters": {"n": 2, "rp": [{"resource_list": ["1"]}]}}),
+                true
+            )
+        );
     }
 
     #[test]
@@ -277,7 +380,10 @@ mod tests {
         let m = member(GroupKind::AutoScalingGroup, "b");
         let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
         assert!(check_only_victim_went(&m, &s(&["a", "b", "c"]), &s(&["a", "c"])).is_ok());
-        assert!(check_only_victim_went(&m, &s(&["a", "b", "c"]), &s(&["c"])).is_err(), "two went");
+        assert!(
+            check_only_victim_went(&m, &s(&["a", "b", "c"]), &s(&["c"])).is_err(),
+            "two went"
+        );
         assert!(check_only_victim_went(&m, &s(&["a", "b", "c"]), &s(&["a", "b", "c"])).is_err());
     }
 }

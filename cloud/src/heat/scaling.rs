@@ -48,7 +48,11 @@ pub struct SignalTarget {
 
 impl std::fmt::Display for SignalTarget {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "group {} of stack {} (policy {})", self.group, self.stack, self.policy)
+        write!(
+            f,
+            "group {} of stack {} (policy {})",
+            self.group, self.stack, self.policy
+        )
     }
 }
 
@@ -75,7 +79,10 @@ impl GroupState {
 
     /// The member names, oldest first.
     pub fn names(&self) -> Vec<String> {
-        self.members.iter().map(|m| m.resource_name.clone()).collect()
+        self.members
+            .iter()
+            .map(|m| m.resource_name.clone())
+            .collect()
     }
 
     /// The cooldown end, when it is after `now`.
@@ -123,7 +130,11 @@ pub fn check_signal(
             until: until.to_string(),
         });
     }
-    match (policy.direction(), group.max_size.value(), group.min_size.value()) {
+    match (
+        policy.direction(),
+        group.max_size.value(),
+        group.min_size.value(),
+    ) {
         (1, Some(max), _) if state.size() >= max => ignored(Ignored::AtMax { max }),
         (-1, _, Some(min)) if state.size() <= min => ignored(Ignored::AtMin { min }),
         _ => Ok(()),
@@ -183,7 +194,9 @@ impl Heat {
         let g = resources
             .iter()
             .find(|r| r.resource_name == group)
-            .ok_or_else(|| CloudError::Config(format!("stack {stack} has no resource {group:?}")))?;
+            .ok_or_else(|| {
+                CloudError::Config(format!("stack {stack} has no resource {group:?}"))
+            })?;
         if GroupKind::of_type(&g.resource_type).is_none() {
             return Err(CloudError::Config(format!(
                 "resource {group:?} of stack {stack} is a {}, not a group",
@@ -194,7 +207,9 @@ impl Heat {
             return Ok(n);
         }
         if g.physical_resource_id.is_empty() {
-            return Err(CloudError::Config(format!("group {group} of stack {stack} has no nested stack yet")));
+            return Err(CloudError::Config(format!(
+                "group {group} of stack {stack} has no nested stack yet"
+            )));
         }
         Ok(self.get_stack(&g.physical_resource_id).await?.stack_id())
     }
@@ -234,7 +249,13 @@ impl Heat {
             .await?
             .into_iter()
             .next()
-            .map(|e| (e.id, e.resource_status, e.resource_status_reason.unwrap_or_default()));
+            .map(|e| {
+                (
+                    e.id,
+                    e.resource_status,
+                    e.resource_status_reason.unwrap_or_default(),
+                )
+            });
         Ok(GroupState {
             nested: stack,
             members,
@@ -296,7 +317,13 @@ impl Heat {
                 Progress::Started if done.is_none() => return Ok(now),
                 Progress::Started => started = true,
                 Progress::NotStarted if !started && t0.elapsed() >= start => {
-                    let why = match check_signal(target, &prepared.group, &prepared.policy, &now, Utc::now()) {
+                    let why = match check_signal(
+                        target,
+                        &prepared.group,
+                        &prepared.policy,
+                        &now,
+                        Utc::now(),
+                    ) {
                         Err(CloudError::SignalIgnored { why, .. }) => why,
                         _ => Ignored::Unexplained { waited: start },
                     };
@@ -327,7 +354,12 @@ mod tests {
     use crate::heat::template::Size;
     use serde_json::json;
 
-    fn state(members: &[(&str, &str)], updated: Option<&str>, meta: Value, event: Option<&str>) -> GroupState {
+    fn state(
+        members: &[(&str, &str)],
+        updated: Option<&str>,
+        meta: Value,
+        event: Option<&str>,
+    ) -> GroupState {
         let (scaling_in_progress, cooldown_end) = metadata_flags(&meta);
         GroupState {
             nested: serde_json::from_value(json!({"id": "n1", "stack_name": "s-asg-x", "stack_status": "UPDATE_COMPLETE", "updated_time": updated})).unwrap(),
@@ -342,39 +374,67 @@ mod tests {
     }
 
     fn target() -> SignalTarget {
-        SignalTarget { stack: StackId::parse("s/1").unwrap(), group: "asg".into(), policy: "scale_up".into() }
+        SignalTarget {
+            stack: StackId::parse("s/1").unwrap(),
+            group: "asg".into(),
+            policy: "scale_up".into(),
+        }
     }
 
     fn specs(direction: i64) -> (GroupSpec, PolicySpec) {
         let g = GroupSpec {
             kind: GroupKind::AutoScalingGroup,
             min_size: Size::Literal(1),
-            max_size: Size::Param { name: "asg_max".into(), value: Some(3) },
+            max_size: Size::Param {
+                name: "asg_max".into(),
+                value: Some(3),
+            },
             desired: Size::Absent,
             count: Size::Absent,
             removal_policies: Size::Absent,
         };
-        let p = PolicySpec { group: Some("asg".into()), adjustment: Size::Literal(direction), adjustment_type: "changeincapacity".into(), cooldown: Size::Literal(0) };
+        let p = PolicySpec {
+            group: Some("asg".into()),
+            adjustment: Size::Literal(direction),
+            adjustment_type: "changeincapacity".into(),
+            cooldown: Size::Literal(0),
+        };
         (g, p)
     }
 
     #[test]
     fn what_heat_ignores_is_refused_before_signalling() {
         let now: DateTime<Utc> = "2026-11-25T13:37:20Z".parse().unwrap();
-        let ok = |s: &GroupState, dir| check_signal(&target(), &specs(dir).0, &specs(dir).1, s, now);
+        let ok =
+            |s: &GroupState, dir| check_signal(&target(), &specs(dir).0, &specs(dir).1, s, now);
         let meta = json!({"cooldown_end": {"2026-11-25T13:37:25.304176": "change_in_capacity : 1"}, "scaling_in_progress": false});
         let two = [("a", "CREATE_COMPLETE"), ("b", "CREATE_COMPLETE")];
         let e = ok(&state(&two, None, meta, None), 1).unwrap_err();
-        assert!(e.is_busy() && e.to_string().contains("cooldown until 2026-11-25T13:37:25.304176"), "{e}");
-        let past = json!({"cooldown_end": {"2026-11-25T13:37:05.1": "x"}, "scaling_in_progress": false});
+        assert!(
+            e.is_busy()
+                && e.to_string()
+                    .contains("cooldown until 2026-11-25T13:37:25.304176"),
+            "{e}"
+        );
+        let past =
+            json!({"cooldown_end": {"2026-11-25T13:37:05.1": "x"}, "scaling_in_progress": false});
         assert!(ok(&state(&two, None, past.clone(), None), 1).is_ok());
         let busy = json!({"scaling_in_progress": true});
         assert!(ok(&state(&two, None, busy, None), 1).unwrap_err().is_busy());
-        let three = [("a", "CREATE_COMPLETE"), ("b", "CHECK_FAILED"), ("c", "CREATE_COMPLETE"), ("d", "CREATE_COMPLETE")];
+        let three = [
+            ("a", "CREATE_COMPLETE"),
+            ("b", "CHECK_FAILED"),
+            ("c", "CREATE_COMPLETE"),
+            ("d", "CREATE_COMPLETE"),
+        ];
         let e = ok(&state(&three, None, past.clone(), None), 1).unwrap_err();
         assert!(e.is_quota(), "3 healthy members at max_size 3: {e}");
         let one = [("a", "CREATE_COMPLETE")];
-        assert!(!ok(&state(&one, None, past.clone(), None), -1).unwrap_err().is_retryable());
+        assert!(
+            !ok(&state(&one, None, past.clone(), None), -1)
+                .unwrap_err()
+                .is_retryable()
+        );
         assert!(ok(&state(&one, None, past, None), 1).is_ok());
     }
 
@@ -383,18 +443,52 @@ mod tests {
         let m = [("a", "CREATE_COMPLETE")];
         let before = state(&m, Some("t1"), json!({}), Some("e1"));
         assert_eq!(progress(&before, &before.clone()), Progress::NotStarted);
-        assert_eq!(progress(&before, &state(&m, Some("t1"), json!({"scaling_in_progress": true}), Some("e1"))), Progress::Started);
+        assert_eq!(
+            progress(
+                &before,
+                &state(
+                    &m,
+                    Some("t1"),
+                    json!({"scaling_in_progress": true}),
+                    Some("e1")
+                )
+            ),
+            Progress::Started
+        );
         let mut updating = state(&m, Some("t2"), json!({}), Some("e1"));
         updating.nested.stack_status = "UPDATE_IN_PROGRESS".into();
         assert_eq!(progress(&before, &updating), Progress::Started);
-        assert_eq!(progress(&before, &state(&m, Some("t2"), json!({"scaling_in_progress": true}), Some("e1"))), Progress::Started);
-        assert_eq!(progress(&before, &state(&m, Some("t2"), json!({}), Some("e1"))), Progress::Done);
-        assert_eq!(progress(&before, &state(&m, Some("t2"), json!({}), Some("e2"))), Progress::Done);
+        assert_eq!(
+            progress(
+                &before,
+                &state(
+                    &m,
+                    Some("t2"),
+                    json!({"scaling_in_progress": true}),
+                    Some("e1")
+                )
+            ),
+            Progress::Started
+        );
+        assert_eq!(
+            progress(&before, &state(&m, Some("t2"), json!({}), Some("e1"))),
+            Progress::Done
+        );
+        assert_eq!(
+            progress(&before, &state(&m, Some("t2"), json!({}), Some("e2"))),
+            Progress::Done
+        );
         let first = state(&m, None, json!({}), None);
-        assert_eq!(progress(&first, &state(&m, None, json!({}), Some("e1"))), Progress::Done);
+        assert_eq!(
+            progress(&first, &state(&m, None, json!({}), Some("e1"))),
+            Progress::Done
+        );
         let mut failed = state(&m, Some("t2"), json!({}), Some("e1"));
         failed.nested.stack_status = "UPDATE_FAILED".into();
         failed.nested.stack_status_reason = Some("Quota exceeded for instances".into());
-        assert_eq!(progress(&before, &failed), Progress::Failed("Quota exceeded for instances".into()));
+        assert_eq!(
+            progress(&before, &failed),
+            Progress::Failed("Quota exceeded for instances".into())
+        );
     }
 }

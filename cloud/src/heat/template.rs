@@ -130,7 +130,10 @@ impl<'a> Template<'a> {
             .and_then(|rs| rs.get(name))
             .ok_or_else(|| CloudError::Config(format!("the template has no resource {name:?}")))?;
         let ty = key(r, "type", "Type").and_then(Value::as_str).unwrap_or("");
-        Ok((ty, key(r, "properties", "Properties").unwrap_or(&Value::Null)))
+        Ok((
+            ty,
+            key(r, "properties", "Properties").unwrap_or(&Value::Null),
+        ))
     }
 
     fn size(&self, props: &Value, hot: &str, cfn: &str) -> Size {
@@ -183,7 +186,10 @@ impl<'a> Template<'a> {
     /// not a scaling policy or names its group otherwise.
     pub fn policy_group(&self, name: &str) -> Option<String> {
         let (ty, _) = self.resource(name).ok()?;
-        if !matches!(ty, "OS::Heat::ScalingPolicy" | "AWS::AutoScaling::ScalingPolicy") {
+        if !matches!(
+            ty,
+            "OS::Heat::ScalingPolicy" | "AWS::AutoScaling::ScalingPolicy"
+        ) {
             return None;
         }
         self.policy(name).ok()?.group
@@ -237,14 +243,26 @@ mod tests {
         let p = params();
         let tpl = Template::new(&t, &p);
         let g = tpl.group("group").unwrap();
-        assert_eq!((g.kind, g.count.value(), g.count.param()), (GroupKind::ResourceGroup, Some(3), Some("count")));
+        assert_eq!(
+            (g.kind, g.count.value(), g.count.param()),
+            (GroupKind::ResourceGroup, Some(3), Some("count"))
+        );
         assert_eq!(g.removal_policies.param(), Some("removal_policies"));
         let a = tpl.group("asg").unwrap();
-        assert_eq!((a.min_size.value(), a.max_size.value(), a.desired.param()), (Some(1), Some(4), Some("desired")));
+        assert_eq!(
+            (a.min_size.value(), a.max_size.value(), a.desired.param()),
+            (Some(1), Some(4), Some("desired"))
+        );
         let plain = tpl.group("plain").unwrap();
-        assert_eq!((plain.count.clone(), plain.removal_policies.clone()), (Size::Literal(1), Size::Unknown));
+        assert_eq!(
+            (plain.count.clone(), plain.removal_policies.clone()),
+            (Size::Literal(1), Size::Unknown)
+        );
         let pol = tpl.policy("scale_down").unwrap();
-        assert_eq!((pol.group.as_deref(), pol.direction(), pol.cooldown.value()), (Some("asg"), -1, Some(0)));
+        assert_eq!(
+            (pol.group.as_deref(), pol.direction(), pol.cooldown.value()),
+            (Some("asg"), -1, Some(0))
+        );
         assert!(tpl.group("scale_down").is_err());
         assert_eq!(tpl.policy_group("scale_down").as_deref(), Some("asg"));
         assert_eq!(tpl.policy_group("group"), None);
@@ -261,8 +279,23 @@ mod tests {
         let p = params();
         let tpl = Template::new(&t, &p);
         let g = tpl.group("Nodes").unwrap();
-        assert_eq!((g.kind, g.min_size.value(), g.max_size.value(), g.desired.clone()), (GroupKind::AutoScalingGroup, Some(1), Some(4), Size::Absent));
+        assert_eq!(
+            (
+                g.kind,
+                g.min_size.value(),
+                g.max_size.value(),
+                g.desired.clone()
+            ),
+            (GroupKind::AutoScalingGroup, Some(1), Some(4), Size::Absent)
+        );
         let pol = tpl.policy("NodeScaleUp").unwrap();
-        assert_eq!((pol.group.as_deref(), pol.direction(), pol.adjustment_type.as_str()), (Some("Nodes"), 1, "changeincapacity"));
+        assert_eq!(
+            (
+                pol.group.as_deref(),
+                pol.direction(),
+                pol.adjustment_type.as_str()
+            ),
+            (Some("Nodes"), 1, "changeincapacity")
+        );
     }
 }

@@ -47,10 +47,17 @@ mod tests {
         // heat-api-cfn 27, scenario `alarm` (signature shortened).
         let alarm = "http://127.0.0.1:8000/v1/signal/arn%3Aopenstack%3Aheat%3A%3A6ff48038%3Astacks/gs-alarm-b7eb19/1c1834db-fe5e/resources/scale_up?SignatureMethod=HmacSHA256&SignatureVersion=2&AWSAccessKeyId=95b6&Signature=XOm%3D";
         let (s, r) = signal_url_target(alarm).unwrap();
-        assert_eq!((s.to_string().as_str(), r.as_str()), ("gs-alarm-b7eb19/1c1834db-fe5e", "scale_up"));
-        let native = "http://127.0.0.1:8004/v1/6ff48038/stacks/gs-x/ae5f/resources/scale_down/signal";
+        assert_eq!(
+            (s.to_string().as_str(), r.as_str()),
+            ("gs-alarm-b7eb19/1c1834db-fe5e", "scale_up")
+        );
+        let native =
+            "http://127.0.0.1:8004/v1/6ff48038/stacks/gs-x/ae5f/resources/scale_down/signal";
         let (s, r) = signal_url_target(native).unwrap();
-        assert_eq!((s.to_string().as_str(), r.as_str()), ("gs-x/ae5f", "scale_down"));
+        assert_eq!(
+            (s.to_string().as_str(), r.as_str()),
+            ("gs-x/ae5f", "scale_down")
+        );
         // An older client's fully encoded ARN.
         let encoded = "http://h/v1/signal/arn%3Aopenstack%3Aheat%3A%3At%3Astacks%2Fs%2Fi%2Fresources%2Fp?Signature=x";
         assert_eq!(signal_url_target(encoded).unwrap().1, "p");

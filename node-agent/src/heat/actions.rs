@@ -98,7 +98,9 @@ impl HeatSignaller {
                     prepared.before.members.len()
                 );
             }
-            Watch::Unconfirmed(why) => out.detail = format!("{} (not confirmed: {why})", out.detail),
+            Watch::Unconfirmed(why) => {
+                out.detail = format!("{} (not confirmed: {why})", out.detail)
+            }
         }
         Ok(out)
     }
@@ -108,7 +110,9 @@ impl HeatSignaller {
             return Ok(Watch::Unconfirmed("heat.confirm_timeout is 0s".into()));
         }
         let Ok(heat) = &self.heat else {
-            return Ok(Watch::Unconfirmed("no Keystone credentials to watch the group".into()));
+            return Ok(Watch::Unconfirmed(
+                "no Keystone credentials to watch the group".into(),
+            ));
         };
         let Some((stack, resource)) = signal_url_target(url) else {
             return Ok(Watch::Unconfirmed("the URL names no stack resource".into()));
@@ -118,9 +122,14 @@ impl HeatSignaller {
             .await
             .map_err(to_signal_error)?
         else {
-            return Ok(Watch::Unconfirmed(format!("{resource} is not a scaling policy")));
+            return Ok(Watch::Unconfirmed(format!(
+                "{resource} is not a scaling policy"
+            )));
         };
-        let prepared = heat.prepare_signal(&target).await.map_err(to_signal_error)?;
+        let prepared = heat
+            .prepare_signal(&target)
+            .await
+            .map_err(to_signal_error)?;
         Ok(Watch::Confirm(heat, target, Box::new(prepared)))
     }
 
@@ -148,7 +157,9 @@ impl HeatSignaller {
     /// It does not wait for that update: Heat is deleting this very node.
     pub(super) async fn mark_own_member(&self, reason: &str) -> Result<SignalOutcome, SignalError> {
         let heat = self.heat(HeatAction::MarkUnhealthy)?;
-        let stack = self.stack.clone().ok_or_else(|| SignalError::config("mark_unhealthy needs heat.stack_name and heat.stack_id"))?;
+        let stack = self.stack.clone().ok_or_else(|| {
+            SignalError::config("mark_unhealthy needs heat.stack_name and heat.stack_id")
+        })?;
         let server_id;
         let key = match &self.member {
             Some(m) => MemberKey::Name(m),
@@ -157,8 +168,12 @@ impl HeatSignaller {
                 MemberKey::PhysicalId(&server_id)
             }
         };
-        let resources = heat.list_resources(&stack, 2).await.map_err(to_signal_error)?;
-        let member = find_member(&resources, key, self.group.as_deref()).map_err(to_signal_error)?;
+        let resources = heat
+            .list_resources(&stack, 2)
+            .await
+            .map_err(to_signal_error)?;
+        let member =
+            find_member(&resources, key, self.group.as_deref()).map_err(to_signal_error)?;
         let name = member.member.resource_name.clone();
         if !self.removes {
             let resp = heat
@@ -166,7 +181,10 @@ impl HeatSignaller {
                 .await
                 .map_err(to_signal_error)?;
             let mut out = outcome(&resp);
-            out.detail = format!("{}; marked member {name} of group {} unhealthy", out.detail, member.group);
+            out.detail = format!(
+                "{}; marked member {name} of group {} unhealthy",
+                out.detail, member.group
+            );
             return Ok(out);
         }
         let how = Removal {
@@ -174,11 +192,20 @@ impl HeatSignaller {
             reason: reason.to_string(),
             ..Removal::default()
         };
-        let done = heat.remove_member(&member, &how, None).await.map_err(to_signal_error)?;
+        let done = heat
+            .remove_member(&member, &how, None)
+            .await
+            .map_err(to_signal_error)?;
         let detail = match done.plan {
-            Some(p) => format!("member {name} of group {}: {}; Heat is removing it", member.group, p.summary),
+            Some(p) => format!(
+                "member {name} of group {}: {}; Heat is removing it",
+                member.group, p.summary
+            ),
             None => format!("member {name} of group {} is already gone", member.group),
         };
-        Ok(SignalOutcome { status: 202, detail })
+        Ok(SignalOutcome {
+            status: 202,
+            detail,
+        })
     }
 }

@@ -225,7 +225,10 @@ impl HeatSignaller {
         match (&self.member, &self.server_id) {
             (Some(m), _) => format!("member {m}"),
             (None, Some(id)) => format!("the member holding server {id}"),
-            (None, None) => format!("the member holding the server id from {}", self.metadata_url),
+            (None, None) => format!(
+                "the member holding the server id from {}",
+                self.metadata_url
+            ),
         }
     }
 }
@@ -236,7 +239,8 @@ impl Signaller for HeatSignaller {
         self.check_configured(action).map_err(SignalError::config)?;
         match action {
             HeatAction::ScaleUp | HeatAction::ScaleDown => {
-                self.scale_signal(action, self.alarm_url(action), None).await
+                self.scale_signal(action, self.alarm_url(action), None)
+                    .await
             }
             HeatAction::Signal => {
                 let body = self.signal_body(reason)?;
