@@ -227,7 +227,7 @@ impl HeatHandler {
             .confirm_signal(
                 &target,
                 &prepared,
-                self.cfg.signal_timeout,
+                self.cfg.signal_timeout.min(self.cfg.update_timeout),
                 Some(self.cfg.update_timeout),
                 self.cfg.poll_interval,
             )

@@ -66,6 +66,40 @@ async fn application_credential_auth() {
     os.assert_no_violations();
 }
 
+/// Keystone 30: an application credential never takes a scope (401 if it
+/// did; gearshift drops a project left beside it), and an unknown one is a
+/// 404 that must not read as "not found".
+#[tokio::test]
+async fn application_credentials_unscoped_and_unknown() {
+    let os = FakeOpenStack::start().await;
+    let mut vars = os.app_credential_env_vars();
+    vars.push(("OS_PROJECT_NAME".into(), fake::PROJECT_NAME.into()));
+    let mut creds = creds_from(vars.clone());
+    creds.project = Some(gearshift_cloud::auth::ProjectRef::Id(
+        fake::PROJECT_ID.into(),
+    ));
+    let s = Session::new(creds, SessionOptions::default()).unwrap();
+    assert_eq!(s.project_id().await.unwrap(), fake::PROJECT_ID);
+    for (k, v) in vars.iter_mut() {
+        if k == "OS_APPLICATION_CREDENTIAL_ID" {
+            *v = "0000000000000000000000000000dead".into();
+        }
+    }
+    let e = Session::new(creds_from(vars), SessionOptions::default())
+        .unwrap()
+        .token()
+        .await
+        .unwrap_err();
+    assert_eq!(e.status(), Some(404), "{e}");
+    assert!(!e.is_not_found() && !e.is_retryable());
+    assert!(
+        e.to_string()
+            .contains("Could not find Application Credential"),
+        "{e}"
+    );
+    os.assert_no_violations();
+}
+
 #[tokio::test]
 async fn wrong_password_is_a_permanent_401() {
     let os = FakeOpenStack::start().await;
@@ -136,15 +170,18 @@ async fn patch_update_and_wait_for_update_complete() {
     let body =
         json!({"parameters": {"count": 2, "removal_policies": [{"resource_list": [member]}]}});
     heat.patch_stack(&id, &body).await.unwrap();
-    // A second update while the first runs is refused by Heat with 409.
-    let busy = heat
-        .patch_stack(&id, &json!({"parameters": {"count": 1}}))
-        .await
-        .unwrap_err();
-    assert!(busy.is_busy() && busy.is_retryable(), "{busy}");
-    assert_eq!(busy.status(), Some(409));
     let during = heat.get_stack(&stack).await.unwrap();
     assert!(ensure_settled(&during).unwrap_err().is_busy());
+    assert_eq!(
+        during.int_param("count"),
+        Some(2),
+        "a GET shows the in-flight value"
+    );
+    // A second update while the first runs is accepted too (Heat 27: 202, no
+    // 409): it supersedes the first, so callers must check before patching.
+    heat.patch_stack(&id, &json!({"parameters": {"count": 1}}))
+        .await
+        .unwrap();
     let done = heat
         .wait_update(
             &id,
@@ -158,8 +195,8 @@ async fn patch_update_and_wait_for_update_complete() {
     let names: Vec<String> = os.members("rg").into_iter().map(|m| m.name).collect();
     assert_eq!(
         names,
-        vec!["0".to_string(), "2".to_string()],
-        "member 1 removed by removal_policies"
+        vec!["0".to_string()],
+        "member 1 removed by removal_policies, then the last PATCH's count"
     );
     let patch = &os.requests_matching("PATCH", "/stacks/rg/")[0];
     assert_eq!(patch.body.as_ref().unwrap(), &body);
@@ -191,8 +228,12 @@ async fn failed_update_with_a_quota_reason_is_quota() {
     assert!(refused.to_string().contains("UPDATE_FAILED"));
 }
 
+/// Heat 27 (docs/openstack-conformance.md, point 1): after a mark, a
+/// scale-down signal removes the marked member *and* the oldest healthy one
+/// (it sizes from the healthy members, then drops failed first); a stack
+/// update with unchanged parameters removes exactly the marked one.
 #[tokio::test]
-async fn mark_unhealthy_then_signal_removes_exactly_that_member() {
+async fn mark_unhealthy_then_signal_removes_that_member_and_the_oldest() {
     let os = FakeOpenStack::start().await;
     let stack = os.add_stack(FakeStack::asg("asg-stack", "node-", 3));
     let heat = Heat::new(os.session());
@@ -226,7 +267,15 @@ async fn mark_unhealthy_then_signal_removes_exactly_that_member() {
         .into_iter()
         .map(|m| m.server_name)
         .collect();
-    assert_eq!(left, vec!["node-0".to_string(), "node-2".to_string()]);
+    assert_eq!(
+        left,
+        vec!["node-2".to_string()],
+        "the victim and the oldest went"
+    );
+    assert_eq!(
+        os.policy_events("asg-stack", "scale_down"),
+        ["No signal details provided"]
+    );
     let patch = &os.requests_matching("PATCH", "/resources/")[0];
     assert_eq!(
         patch.body.as_ref().unwrap(),
@@ -237,6 +286,55 @@ async fn mark_unhealthy_then_signal_removes_exactly_that_member() {
         os.group_stack("asg-stack"),
         member.resource_name
     )));
+    os.assert_no_violations();
+}
+
+#[tokio::test]
+async fn mark_unhealthy_then_a_stack_update_removes_exactly_that_member() {
+    let os = FakeOpenStack::start().await;
+    let stack = os.add_stack(FakeStack::asg("asg-stack", "node-", 3));
+    let heat = Heat::new(os.session());
+    let id = StackId::parse(&stack).unwrap();
+    let victim = os.members("asg-stack")[1].clone();
+    let nested = StackId::parse(&os.group_stack("asg-stack")).unwrap();
+    heat.mark_unhealthy(&nested, &victim.name, "gearshift: drained node-1")
+        .await
+        .unwrap();
+    heat.patch_stack(&id, &json!({"parameters": {}}))
+        .await
+        .unwrap();
+    heat.wait_update(&id, None, Duration::from_secs(5), Duration::from_millis(10))
+        .await
+        .unwrap();
+    let left: Vec<String> = os
+        .members("asg-stack")
+        .into_iter()
+        .map(|m| m.server_name)
+        .collect();
+    assert_eq!(left, vec!["node-0".to_string(), "node-2".to_string()]);
+    // With a desired_capacity equal to the size, the same update replaces it instead.
+    let fixed = os.add_stack(FakeStack::asg("asg-fixed", "fix-", 2).with_desired(2));
+    let first = os.members("asg-fixed")[0].clone();
+    let nested = StackId::parse(&os.group_stack("asg-fixed")).unwrap();
+    heat.mark_unhealthy(&nested, &first.name, "x")
+        .await
+        .unwrap();
+    let fid = StackId::parse(&fixed).unwrap();
+    heat.patch_stack(&fid, &json!({"parameters": {}}))
+        .await
+        .unwrap();
+    heat.wait_update(
+        &fid,
+        None,
+        Duration::from_secs(5),
+        Duration::from_millis(10),
+    )
+    .await
+    .unwrap();
+    let after = os.members("asg-fixed");
+    assert_eq!(after.len(), 2);
+    assert_eq!(after[0].name, first.name, "same resource name");
+    assert_ne!(after[0].server_id, first.server_id, "a new server");
     os.assert_no_violations();
 }
 
@@ -288,6 +386,11 @@ async fn alarm_url_is_posted_without_a_token_and_signal_url_with_one() {
         .unwrap_err();
     assert_eq!(err.status(), Some(403));
     assert!(!err.is_retryable());
+    // heat-api-cfn's XML AccessDenied, typed.
+    assert!(
+        matches!(&err, CloudError::PresignedRefused { code, .. } if code == "AccessDenied"),
+        "{err}"
+    );
 }
 
 #[tokio::test]

@@ -344,17 +344,22 @@ async fn heat_handler_scale_up_through_the_broker() {
     let new_host = format!("{}-h2.{DOMAIN}", w.tag);
     assert_eq!(joined.op.as_deref(), Some(op.as_str()));
     assert_eq!(joined.node.as_deref(), Some(new_host.as_str()));
-    let patch = &w.os.requests_matching("PATCH", "/stacks/paas/")[0];
+    // Before the PATCH, the handler asks Heat's preview whether the op id
+    // would replace members (`PATCH .../preview`, same body).
+    let updates = || -> Vec<_> {
+        w.os.requests_matching("PATCH", "/stacks/paas/")
+            .into_iter()
+            .filter(|r| !r.path.ends_with("/preview"))
+            .collect()
+    };
+    let patch = &updates()[0];
     assert_eq!(
         patch.body.as_ref().unwrap(),
         &serde_json::json!({"parameters": {"count": 3, "gearshift_op": op}})
     );
+    assert_eq!(w.os.requests_matching("PATCH", "/preview").len(), 1);
     tokio::time::sleep(Duration::from_secs(2)).await;
-    assert_eq!(
-        w.os.requests_matching("PATCH", "/stacks/paas/").len(),
-        1,
-        "exactly one scale-up"
-    );
+    assert_eq!(updates().len(), 1, "exactly one scale-up");
     assert_eq!(w.os.members("paas").len(), 3);
     w.os.assert_no_violations();
     stop(&w, token, tasks).await;

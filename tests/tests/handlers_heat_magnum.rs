@@ -132,11 +132,47 @@ async fn asg_signal_up_and_mark_unhealthy_down() {
         "{}",
         mark.path
     );
-    let sig = os.signals();
-    assert_eq!(
-        (sig[1].resource.as_str(), sig[1].via),
-        ("scale_down", "signal")
+    // Then a stack update, not the scale-down signal: after a mark, Heat 27
+    // removes the marked member *and* the oldest healthy one on a signal.
+    assert_eq!(os.signals().len(), 1, "no scale-down signal");
+    let update = &os.requests_matching("PATCH", "/stacks/asg-paas/")[0];
+    assert_eq!(update.body.as_ref().unwrap(), &json!({"parameters": {}}));
+    os.assert_no_violations();
+}
+
+#[tokio::test]
+async fn op_param_replacing_members_is_refused_and_signals_heat_ignores_are_typed() {
+    let os = FakeOpenStack::start().await;
+    os.add_stack(FakeStack::resource_group("paas", "node-", 2).with_op_replacing());
+    let h = heat(
+        &os,
+        "stack = \"paas\"\nscale_up = \"count\"\nop_param = \"gearshift_op\"\n",
     );
+    let err = h.create_node(&create("op-1")).await.unwrap_err();
+    assert_eq!(err.label(), "permanent", "{err}");
+    assert!(
+        err.to_string().contains("replace existing members"),
+        "{err}"
+    );
+    assert!(
+        os.requests_matching("PATCH", "/stacks/paas/")
+            .iter()
+            .all(|r| r.path.ends_with("/preview"))
+    );
+
+    // An AutoScalingGroup at max_size: quota, before any signal.
+    os.add_stack(FakeStack::asg("full", "full-", 2).with_limits(1, 2));
+    let h = heat(&os, "stack = \"full\"\ngroup_resource = \"asg\"\n");
+    assert!(h.create_node(&create("op-2")).await.unwrap_err().is_quota());
+    // In its cooldown: busy, before any signal.
+    os.add_stack(FakeStack::asg("cool", "cool-", 1).with_cooldown("scale_up", 600));
+    let h = heat(&os, "stack = \"cool\"\ngroup_resource = \"asg\"\n");
+    h.create_node(&create("op-3")).await.unwrap();
+    assert_eq!(os.members("cool").len(), 2);
+    let err = h.create_node(&create("op-4")).await.unwrap_err();
+    assert_eq!(err.label(), "busy", "{err}");
+    assert!(err.to_string().contains("cooldown"), "{err}");
+    assert_eq!(os.signals().len(), 1, "the refused signals were never sent");
     os.assert_no_violations();
 }
 

@@ -43,26 +43,33 @@ struct Setup {
     _dir: tempfile::TempDir,
 }
 
+/// A node whose member is the middle one of `paas-nodes`' AutoScalingGroup:
+/// `[heat]` names the stack declaring the group and the node's server id
+/// (the member lives in the group's nested stack and is found there).
+/// Signals are not confirmed here (`confirm_timeout = 0s`) so that each
+/// action's requests can be checked one by one; see `confirmed_signals`.
 async fn setup() -> Setup {
     let os = FakeOpenStack::start().await;
     let stack = os.add_stack(FakeStack::asg("paas-nodes", "node-", 3));
     let dir = temp_dir();
-    let group = os.group_stack("paas-nodes");
-    let (gname, gid) = group.split_once('/').unwrap();
-    let member = os.members("paas-nodes")[1].name.clone();
+    let (sname, sid) = stack.split_once('/').unwrap();
+    let victim = os.members("paas-nodes")[1].clone();
     let heat = HeatSection {
         scale_up_url: Some(os.alarm_url(&stack, "scale_up")),
         scale_down_url: Some(os.alarm_url(&stack, "scale_down")),
         signal_url: Some(os.signal_url(&stack, "scale_up")),
-        stack_name: Some(gname.into()),
-        stack_id: Some(gid.into()),
-        member: Some(member.clone()),
+        stack_name: Some(sname.into()),
+        stack_id: Some(sid.into()),
+        server_id: Some(victim.server_id.clone()),
+        mark_unhealthy_removes: false,
+        confirm_timeout: Duration::ZERO,
         credentials: CredentialSource::CloudsYaml,
         cloud: Some("fake".into()),
         clouds_yaml: Some(clouds_yaml(dir.path(), &os)),
         timeout: Duration::from_secs(10),
         ..HeatSection::default()
     };
+    let member = victim.name;
     Setup {
         os,
         stack,
@@ -134,11 +141,9 @@ async fn heat_actions(url: &str) {
         assert_eq!(reqs.len(), 1, "exactly one request: {reqs:?}");
         let r = &reqs[0];
         assert_eq!(r.method, "POST");
-        let arn =
-            format!("arn:openstack:heat::{PROJECT_ID}:stacks/{sname}/{sid}/resources/{policy}");
+        // heat-api-cfn's shape: the ARN's colons encoded, its slashes literal.
         let want_path = format!(
-            "/heat-cfn/v1/signal/{}",
-            url::form_urlencoded::byte_serialize(arn.as_bytes()).collect::<String>()
+            "/heat-cfn/v1/signal/arn%3Aopenstack%3Aheat%3A%3A{PROJECT_ID}%3Astacks/{sname}/{sid}/resources/{policy}"
         );
         assert_eq!(r.path, want_path);
         let q = r.query.clone().unwrap_or_default();
@@ -192,9 +197,16 @@ async fn heat_actions(url: &str) {
             .unwrap_or_default()
             .starts_with("application/json")
     );
-    assert_eq!(r.body, Some(json!({"host": node, "reason": "node full"})));
+    // Aodh's shape: Heat records "alarm state changed from ok to alarm (...)".
+    assert_eq!(
+        r.body,
+        Some(
+            json!({"previous": "ok", "current": "alarm", "reason": format!("{node}: node full"), "host": node})
+        )
+    );
 
-    // mark_unhealthy: PATCH the member with the documented body.
+    // mark_unhealthy: find the member by the node's server id, then PATCH
+    // it in the group's nested stack with the documented body.
     s.os.clear_requests();
     let id = ctl
         .send(
@@ -206,8 +218,20 @@ async fn heat_actions(url: &str) {
     let out = events.outcome(id, WAIT).await;
     assert!(matches!(&out.msg, Message::Done(_)), "{out:?}");
     let reqs = heat_requests(&s.os);
-    assert_eq!(reqs.len(), 1, "{reqs:?}");
-    let r = &reqs[0];
+    assert_eq!(reqs.len(), 2, "{reqs:?}");
+    assert_eq!(
+        (
+            reqs[0].method.as_str(),
+            reqs[0].path.as_str(),
+            reqs[0].query.as_deref()
+        ),
+        (
+            "GET",
+            format!("/heat/v1/{PROJECT_ID}/stacks/{}/resources", s.stack).as_str(),
+            Some("nested_depth=2")
+        )
+    );
+    let r = &reqs[1];
     let group = s.os.group_stack("paas-nodes");
     assert_eq!(r.method, "PATCH");
     assert_eq!(
@@ -256,12 +280,13 @@ async fn heat_actions(url: &str) {
         }
         other => panic!("{other:?}"),
     }
-    // ...and a refused pre-signed URL (400, not retryable).
-    s.os.fail_next(
+    // ...and a refused pre-signed URL (heat-api-cfn's XML, 400, not retryable).
+    s.os.fail_next_raw(
         "POST",
         "/heat-cfn/v1/signal/",
         400,
-        json!({"Error": {"Code": "InvalidParameterValue", "Message": "Signature mismatch", "Type": "Sender"}}),
+        "application/xml; charset=UTF-8",
+        "<ErrorResponse><Error><Type>Sender</Type><Code>IncompleteSignature</Code><Message>The request signature does not conform to AWS standards</Message></Error></ErrorResponse>",
     );
     let id = ctl
         .send(&node, signal(HeatAction::ScaleUp, "more"), Some("op-h"))
@@ -278,10 +303,12 @@ async fn heat_actions(url: &str) {
 }
 
 /// `cmd.remove` with `remove_action = "mark_unhealthy"` marks exactly this
-/// node's member, reports it, and the agent stops.
+/// node's member, updates the stack so that Heat removes exactly it (a
+/// scale-down signal would take one more), reports it, and the agent stops.
 async fn remove_marks_unhealthy(url: &str) {
     init_logging();
-    let s = setup().await;
+    let mut s = setup().await;
+    s.heat.mark_unhealthy_removes = true;
     let keys = Keys::new();
     let ctl = Controller::connect(url, keys.clone()).await;
     let node = unique("n-heatrm-");
@@ -311,19 +338,45 @@ async fn remove_marks_unhealthy(url: &str) {
         Message::Done(d) => match &d.result {
             CommandResult::Removed { action, detail } => {
                 assert_eq!(action, "heat:mark_unhealthy");
-                assert!(detail.starts_with("HTTP 200"), "{detail}");
+                assert!(detail.starts_with("HTTP 202"), "{detail}");
+                assert!(detail.contains(&s.member), "{detail}");
             }
             other => panic!("{other:?}"),
         },
         other => panic!("{other:?}"),
     }
-    let reqs = heat_requests(&s.os);
-    assert_eq!(reqs.len(), 1);
+    let patches: Vec<_> = heat_requests(&s.os)
+        .into_iter()
+        .filter(|r| r.method == "PATCH")
+        .collect();
+    assert_eq!(patches.len(), 2, "{patches:?}");
+    assert!(
+        patches[0]
+            .path
+            .ends_with(&format!("/resources/{}", s.member))
+    );
     assert_eq!(
-        reqs[0].body,
+        patches[0].body,
         Some(json!({"mark_unhealthy": true, "resource_status_reason": "scale-down sd-9"}))
     );
+    assert!(patches[1].path.ends_with(&format!("/stacks/{}", s.stack)));
+    assert_eq!(patches[1].body, Some(json!({"parameters": {}})));
     assert_eq!(running.join().await, gearshift_node::RunExit::Removed);
+    let heat = gearshift_cloud::heat::Heat::new(s.os.session());
+    let id = gearshift_cloud::heat::StackId::parse(&s.stack).unwrap();
+    heat.wait_update(&id, None, Duration::from_secs(5), Duration::from_millis(10))
+        .await
+        .unwrap();
+    let left: Vec<String> =
+        s.os.members("paas-nodes")
+            .into_iter()
+            .map(|m| m.name)
+            .collect();
+    assert_eq!(left.len(), 2);
+    assert!(
+        !left.contains(&s.member),
+        "exactly the node's own member went: {left:?}"
+    );
     s.os.assert_no_violations();
 }
 
@@ -405,26 +458,45 @@ async fn heat_signal_subcommand() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(String::from_utf8_lossy(&out.stdout).contains("signal: HTTP 200"));
-    let reqs = heat_requests(&s.os);
-    assert_eq!(reqs.len(), 1);
+    // Confirmed: Heat started scaling the group the policy names.
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(stdout.contains("signal: HTTP 200"), "{stdout}");
+    assert!(
+        stdout.contains("Heat started scaling group asg"),
+        "{stdout}"
+    );
+    let posts: Vec<_> = heat_requests(&s.os)
+        .into_iter()
+        .filter(|r| r.method == "POST")
+        .collect();
+    assert_eq!(posts.len(), 1, "one signal");
     assert_eq!(
-        reqs[0].body,
-        Some(json!({"host": "node-7.example.com", "reason": "by hand"}))
+        posts[0].body,
+        Some(
+            json!({"previous": "ok", "current": "alarm", "reason": "node-7.example.com: by hand", "host": "node-7.example.com"})
+        )
     );
     assert_eq!(token_requests(&s.os).len(), 1);
+    assert_eq!(
+        s.os.policy_events("paas-nodes", "scale_up"),
+        ["alarm state changed from ok to alarm (node-7.example.com: by hand)"]
+    );
 
-    // An error answer: non-zero exit, with the HTTP status in the message.
-    s.os.fail_next(
+    // An error answer (heat-api-cfn's XML): non-zero exit, with the HTTP status.
+    s.os.fail_next_raw(
         "POST",
         "/heat-cfn/v1/signal/",
         403,
-        json!({"Error": {"Code": "AccessDenied", "Message": "User is not authorized to perform action", "Type": "Sender"}}),
+        "application/xml; charset=UTF-8",
+        "<ErrorResponse><Error><Type>Sender</Type><Code>AccessDenied</Code><Message>User is not authorized to perform action</Message></Error></ErrorResponse>",
     );
     let out = run(&["heat-signal", "scale_up"]).await;
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("HTTP 403"), "{err}");
+    assert!(
+        err.contains("HTTP 403") && err.contains("AccessDenied"),
+        "{err}"
+    );
 
     // Not configured: a usage error before any request.
     s.os.clear_requests();
@@ -433,4 +505,47 @@ async fn heat_signal_subcommand() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("stack_name"));
     assert!(s.os.requests().is_empty());
     s.os.assert_no_violations();
+}
+
+/// Signals confirmed by watching the group (the fake follows Heat 27: 200
+/// first, then the group scales, or nothing happens and no event is
+/// written): a scale-up is confirmed; at `max_size` and in a cooldown the
+/// signal is refused before it is sent, as Heat would ignore it.
+#[tokio::test]
+async fn confirmed_signals() {
+    let os = FakeOpenStack::start().await;
+    let stack = os.add_stack(
+        FakeStack::asg("paas-nodes", "node-", 1)
+            .with_limits(1, 2)
+            .with_cooldown("scale_down", 600),
+    );
+    let dir = temp_dir();
+    let (sname, sid) = stack.split_once('/').unwrap();
+    let heat = HeatSection {
+        scale_up_url: Some(os.alarm_url(&stack, "scale_up")),
+        scale_down_url: Some(os.alarm_url(&stack, "scale_down")),
+        stack_name: Some(sname.into()),
+        stack_id: Some(sid.into()),
+        credentials: CredentialSource::CloudsYaml,
+        cloud: Some("fake".into()),
+        clouds_yaml: Some(clouds_yaml(dir.path(), &os)),
+        ..HeatSection::default()
+    };
+    let sig = HeatSignaller::new(&heat, "n1").unwrap();
+    use gearshift_node::heat::Signaller;
+    let out = sig.signal(HeatAction::ScaleUp, "more").await.unwrap();
+    assert!(
+        out.detail.contains("Heat started scaling"),
+        "{}",
+        out.detail
+    );
+    assert_eq!(os.members("paas-nodes").len(), 2);
+    let e = sig.signal(HeatAction::ScaleUp, "more").await.unwrap_err();
+    assert!(e.message.contains("max_size 2") && e.retryable, "{e:?}");
+    sig.signal(HeatAction::ScaleDown, "less").await.unwrap();
+    assert_eq!(os.members("paas-nodes").len(), 1);
+    let e = sig.signal(HeatAction::ScaleUp, "again").await.unwrap_err();
+    assert!(e.message.contains("cooldown") && e.retryable, "{e:?}");
+    assert_eq!(os.signals().len(), 2, "refused signals are not sent");
+    os.assert_no_violations();
 }

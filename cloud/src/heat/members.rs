@@ -165,13 +165,26 @@ fn groups<'r>(resources: &'r [Resource], only: Option<&str>) -> Vec<&'r Resource
         .collect()
 }
 
+/// Heat's order of members (`grouputils`): by creation time, then by name
+/// (creation times have whole seconds, so members created together tie;
+/// ResourceGroup indexes compare as numbers).
+pub fn oldest_first(a: &Resource, b: &Resource) -> std::cmp::Ordering {
+    let index = |r: &Resource| r.resource_name.parse::<u64>().ok();
+    a.creation_time
+        .cmp(&b.creation_time)
+        .then_with(|| match (index(a), index(b)) {
+            (Some(x), Some(y)) => x.cmp(&y),
+            _ => a.resource_name.cmp(&b.resource_name),
+        })
+}
+
 /// The members of group `g` in a listing, oldest first.
 pub fn group_members<'r>(resources: &'r [Resource], g: &Resource) -> Vec<&'r Resource> {
     let mut out: Vec<&Resource> = resources
         .iter()
         .filter(|r| r.in_stack(&g.physical_resource_id))
         .collect();
-    out.sort_by(|a, b| a.creation_time.cmp(&b.creation_time));
+    out.sort_by(|a, b| oldest_first(a, b));
     out
 }
 

@@ -229,7 +229,7 @@ impl Heat {
     /// The members of a group's nested stack, oldest first.
     pub async fn members(&self, nested: &StackId) -> Result<Vec<Resource>, CloudError> {
         let mut m = self.list_resources(nested, 0).await?;
-        m.sort_by(|a, b| a.creation_time.cmp(&b.creation_time));
+        m.sort_by(super::members::oldest_first);
         Ok(m)
     }
 }

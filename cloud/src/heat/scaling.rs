@@ -29,7 +29,7 @@ use crate::error::{CloudError, Ignored, bounded, heat_reason_names_quota};
 
 /// The signal body gearshift sends: Aodh's shape, the only object Heat
 /// turns into a readable policy event ("alarm state changed from ok to
-/// alarm (<reason>)"; any other object is recorded as "Unknown"). The
+/// alarm (`<reason>`)"; any other object is recorded as "Unknown"). The
 /// policy scales whatever the states say.
 pub fn signal_details(reason: &str) -> Value {
     serde_json::json!({ "previous": "ok", "current": "alarm", "reason": reason })
@@ -241,7 +241,7 @@ impl Heat {
     ) -> Result<GroupState, CloudError> {
         let stack = self.get_stack(&nested.to_string()).await?;
         let mut members = self.list_resources(nested, 0).await?;
-        members.sort_by(|a, b| a.creation_time.cmp(&b.creation_time));
+        members.sort_by(super::members::oldest_first);
         let meta = self.resource_metadata(&target.stack, &target.group).await?;
         let (scaling_in_progress, cooldown_end) = metadata_flags(&meta);
         let last_signal = self

@@ -256,7 +256,7 @@ pub struct HeatConfig {
     /// the policy's event) before the signal counts as ignored: Heat answers
     /// 200 to every signal and drops those that come during a cooldown, a
     /// scaling or at a size limit without a trace. Measured start: 2 to 7 s.
-    /// Default `60s`; less than `update_timeout`.
+    /// Part of the same wait, so at most `update_timeout`. Default `60s`.
     #[serde(default = "default_signal_timeout", with = "humantime_serde")]
     pub signal_timeout: Duration,
     /// Interval between status polls. Default `5s`.
@@ -319,12 +319,6 @@ impl HeatConfig {
         }
         positive("update_timeout", self.update_timeout)?;
         positive("signal_timeout", self.signal_timeout)?;
-        if self.signal_timeout >= self.update_timeout {
-            return Err(Invalid::new(
-                "signal_timeout",
-                "must be less than update_timeout (it is the first part of the same wait)",
-            ));
-        }
         positive("poll_interval", self.poll_interval)
     }
 }

@@ -85,9 +85,21 @@ pub async fn node_actions(r: Arc<Real>, stacks: Arc<Stacks>) {
     let m1 = settle(heat, &up, 2).await;
     assert_eq!(added(&m0, &m1).len(), 1);
 
-    // A node agent whose member is m1[1], driven by heat-via-node over RabbitMQ.
+    via_node(&r, &top, &up, &direct, &m1).await;
+}
+
+/// A node agent whose member is `m1[1]`, driven by heat-via-node over
+/// RabbitMQ, between the node's direct `signal` and `scale_down`.
+async fn via_node(
+    r: &Real,
+    top: &StackId,
+    up: &SignalTarget,
+    direct: &HeatSignaller,
+    m1: &[(String, String)],
+) {
+    let heat = &r.heat;
     let node = gearshift_tests::unique("n-conf-") + ".example.com";
-    let (handler, running, _dir) = start_node(&r, &top, &node, &m1[1].1).await;
+    let (handler, running, _dir) = start_node(r, top, &node, &m1[1].1).await;
     let create = CreateRequest {
         op: "op-hvn-1".into(),
         group: group(),
@@ -100,8 +112,8 @@ pub async fn node_actions(r: Arc<Real>, stacks: Arc<Stacks>) {
         "{}",
         out.detail
     );
-    let m2 = settle(heat, &up, 3).await;
-    assert_eq!(added(&m1, &m2).len(), 1);
+    let m2 = settle(heat, up, 3).await;
+    assert_eq!(added(m1, &m2).len(), 1);
 
     // signal (signal_url with a token, Aodh-shaped body): one more, readable event.
     let out = direct
@@ -113,9 +125,9 @@ pub async fn node_actions(r: Arc<Real>, stacks: Arc<Stacks>) {
         "{}",
         out.detail
     );
-    let m3 = settle(heat, &up, 4).await;
+    let m3 = settle(heat, up, 4).await;
     assert_eq!(added(&m2, &m3).len(), 1);
-    let ev = heat.signal_events(&top, "scale_up", 1).await.unwrap();
+    let ev = heat.signal_events(top, "scale_up", 1).await.unwrap();
     let reason = ev[0].resource_status_reason.clone().unwrap_or_default();
     assert!(
         reason.contains("n-direct.example.com: conformance signal"),
@@ -130,8 +142,8 @@ pub async fn node_actions(r: Arc<Real>, stacks: Arc<Stacks>) {
     assert!(e.message.contains("max_size 4") && e.retryable, "{e:?}");
 
     // scale_down by hand (`gearshift-node heat-signal`): Heat removes the oldest.
-    heat_signal_binary(&r, &top, "scale_down").await;
-    let m4 = settle(heat, &up, 3).await;
+    heat_signal_binary(r, top, "scale_down").await;
+    let m4 = settle(heat, up, 3).await;
     assert_eq!(removed(&m3, &m4), [m3[0].0.clone()]);
 
     // heat-via-node removal: the node marks its own member and has Heat drop exactly it.
@@ -148,7 +160,7 @@ pub async fn node_actions(r: Arc<Real>, stacks: Arc<Stacks>) {
     };
     let out = handler.remove_node(&req).await.unwrap();
     assert!(out.detail.contains("Heat is removing it"), "{}", out.detail);
-    let m5 = settle(heat, &up, 2).await;
+    let m5 = settle(heat, up, 2).await;
     let victim: Vec<String> = m4
         .iter()
         .filter(|(_, p)| *p == m1[1].1)
@@ -156,7 +168,7 @@ pub async fn node_actions(r: Arc<Real>, stacks: Arc<Stacks>) {
         .collect();
     assert_eq!(removed(&m4, &m5), victim, "exactly the node's own member");
     running.stop().await;
-    assert_eq!(members(heat, &top, "asg").await, m5);
+    assert_eq!(members(heat, top, "asg").await, m5);
 }
 
 /// A real node agent (sim gear runtime) with a Heat signaller for the
