@@ -9,9 +9,17 @@
 //! [`FakeOpenStack::assert_no_violations`] even when the client swallowed
 //! the error. Answers follow the API references (status codes, bodies,
 //! headers such as `X-Subject-Token`), errors included: Keystone `401`,
-//! Heat `409 ActionInProgress`, Nova `403 forbidden` "Quota exceeded for
-//! instances: Requested 1, but already used N of M instances", Cinder `413
-//! overLimit`, Magnum's `errors` list.
+//! Nova `403 forbidden` "Quota exceeded for instances: Requested 1, but
+//! already used N of M instances", Cinder `413 overLimit`, Magnum's
+//! `errors` list.
+//!
+//! Keystone and Heat follow what the real services did when measured
+//! (Keystone 30, Heat 27: `docs/openstack-conformance.md`, whose last
+//! sections list where this fake differed and what changed): a password
+//! request without a scope gets a token for the user's project; an
+//! application credential with a scope is `401` ("Application credentials
+//! cannot request a scope."), by name and user it works, an unknown one is
+//! `404`; for Heat see the `heat` module.
 //!
 //! ## Use
 //! ```ignore
@@ -34,7 +42,7 @@
 //! | Nova | `compute` | `/compute/v2.1` |
 //! | Cinder | `block-storage` and `volumev3` | `/volume/v3/{project_id}` |
 //! | Heat | `orchestration` | `/heat/v1/{project_id}` |
-//! | Heat cfn | `cloudformation` | `/heat-cfn/v1` (pre-signed alarm URLs) |
+//! | Heat cfn | `cloudformation` | `/heat-cfn/v1` (pre-signed alarm URLs; refusals in XML) |
 //! | Magnum | `container-infra` | `/magnum/v1` |
 //! | Glance | `image` | `/image` |
 //! | Neutron | `network` | `/network` |
@@ -47,16 +55,25 @@
 //! ## Knobs
 //! - Tokens: [`FakeOpenStack::set_token_ttl`], [`FakeOpenStack::revoke_tokens`]
 //!   (every issued token then gets `401`, as after a Keystone restart).
-//! - Faults: [`FakeOpenStack::fail_next`] answers the next matching request
-//!   with a given status and body (then behaves again).
+//! - Faults: [`FakeOpenStack::fail_next`] (JSON) and
+//!   [`FakeOpenStack::fail_next_raw`] (XML, HTML) answer the next matching
+//!   request with a given status and body (then behaves again).
 //! - Heat: [`FakeStack`] describes a stack with an `OS::Heat::ResourceGroup`
-//!   or `OS::Heat::AutoScalingGroup` of servers and its scaling policies.
-//!   Updates and signals put the stack in `UPDATE_IN_PROGRESS` for
-//!   [`FakeOpenStack::set_update_polls`] GETs, then apply the change and
-//!   finish `UPDATE_COMPLETE` (or `UPDATE_FAILED` with the reason set by
-//!   [`FakeOpenStack::fail_next_stack_update`]). A ResourceGroup update
-//!   honours `removal_policies`; an AutoScalingGroup scale-down removes
-//!   members marked unhealthy first, then the oldest, as Heat does.
+//!   or `OS::Heat::AutoScalingGroup` of servers and its scaling policies
+//!   (builders for `min_size`/`max_size`, `desired_capacity`, policy
+//!   cooldowns, and an operation id that replaces members). A stack PATCH
+//!   (202, also during an update, which it supersedes) puts the stack in
+//!   `UPDATE_IN_PROGRESS` for [`FakeOpenStack::set_update_polls`] GETs, then
+//!   applies it (`UPDATE_COMPLETE`, or `UPDATE_FAILED` with the reason set by
+//!   [`FakeOpenStack::fail_next_stack_update`]): a ResourceGroup honours
+//!   `removal_policies` and replaces marked members; an AutoScalingGroup is
+//!   resized to its `desired_capacity` or healthy count. A policy signal is
+//!   answered 200 at once and applied at the next GETs of the group's nested
+//!   stack (resizing from the healthy members, dropping failed ones first,
+//!   then the oldest), writing a `SIGNAL_COMPLETE` event
+//!   ([`FakeOpenStack::policy_events`]); while the group scales, in its
+//!   cooldown or at its size limits it is ignored without an event. The
+//!   template, update previews, group metadata and policy events are served.
 //!   Group members are servers in the fake Nova, named `<prefix><index>`.
 //! - Nova/Cinder/Magnum: see the `nova` and `magnum` sections of this
 //!   type's methods (`set_compute_limits`, `add_flavor`, `servers`, ...).
@@ -97,6 +114,8 @@ pub const PROJECT_NAME: &str = "paas";
 pub const PROJECT_ID: &str = "8538a3f13f9541b28c2620eb19065e45";
 /// The application credential's id.
 pub const APP_CRED_ID: &str = "423f19a4ac1e4f48bbb4180756e6eb6c";
+/// The application credential's name (it may be given by name and user).
+pub const APP_CRED_NAME: &str = "gearshift-test";
 /// The application credential's secret.
 pub const APP_CRED_SECRET: &str = "rEaqvJka48mpv";
 
@@ -135,6 +154,7 @@ pub(crate) struct Fault {
     path_contains: String,
     status: u16,
     body: Value,
+    content_type: Option<String>,
 }
 
 /// A Heat signal the fake accepted.
@@ -148,8 +168,10 @@ pub struct Signal {
     pub via: &'static str,
     /// The JSON body sent, if any.
     pub details: Option<Value>,
-    /// Whether Heat acted on it (it accepts, and ignores, signals while the
-    /// stack is not `*_COMPLETE`, as a scaling policy does).
+    /// Whether Heat acts on it: it answers 200 to every signal and ignores,
+    /// without an event, those that come while the group is not settled or
+    /// scales, in its cooldown, or when the adjustment would cross
+    /// `min_size`/`max_size` (Heat 27's `NoActionRequired`).
     pub applied: bool,
 }
 
@@ -349,6 +371,26 @@ impl FakeOpenStack {
             path_contains: path_contains.into(),
             status,
             body,
+            content_type: None,
+        });
+    }
+
+    /// Like [`FakeOpenStack::fail_next`] with a body that is not JSON (an
+    /// XML error of heat-api-cfn, an HTML page), sent with `content_type`.
+    pub fn fail_next_raw(
+        &self,
+        method: &str,
+        path_contains: &str,
+        status: u16,
+        content_type: &str,
+        body: &str,
+    ) {
+        self.lock().faults.push(Fault {
+            method: method.parse().expect("method"),
+            path_contains: path_contains.into(),
+            status,
+            body: Value::String(body.into()),
+            content_type: Some(content_type.into()),
         });
     }
 
@@ -482,7 +524,11 @@ impl Answer {
 
 impl IntoResponse for Answer {
     fn into_response(self) -> Response {
+        let typed = self.1.iter().any(|(k, _)| k == "content-type");
         let mut r = match self.2 {
+            // A string with its own Content-Type is sent as is (Heat's HTML
+            // pages, heat-api-cfn's XML errors).
+            Some(Value::String(text)) if typed => (self.0, text).into_response(),
             Some(v) => (
                 self.0,
                 [("content-type", "application/json")],
@@ -533,7 +579,11 @@ fn route(s: &mut State, req: &mut Req) -> Answer {
         .position(|f| f.method == req.method && req.path.contains(&f.path_contains))
     {
         let f = s.faults.remove(i);
-        return Answer::json(f.status, f.body);
+        let mut a = Answer::json(f.status, f.body);
+        if let Some(ct) = f.content_type {
+            a.1.push(("content-type".into(), ct));
+        }
+        return a;
     }
     if req.path.starts_with("/identity/v3") {
         return keystone(s, req);
@@ -652,13 +702,13 @@ fn keystone(s: &mut State, req: &mut Req) -> Answer {
                 return bad_creds();
             }
             let proj = &auth["scope"]["project"];
-            if !proj.is_object() {
-                return violation(s, req, "gearshift must ask for a project-scoped token");
-            }
+            // Without a scope Keystone 30 answers 201, scoped to the user's
+            // default project (the test user has one): as here.
             if proj["name"].is_string() && !proj["domain"].is_object() {
                 return violation(s, req, "a project given by name needs its domain");
             }
-            let pok = proj["id"].as_str() == Some(PROJECT_ID)
+            let pok = !proj.is_object()
+                || proj["id"].as_str() == Some(PROJECT_ID)
                 || (proj["name"].as_str() == Some(PROJECT_NAME)
                     && (proj["domain"]["name"].as_str() == Some("Default")
                         || proj["domain"]["id"].as_str() == Some("default")));
@@ -667,18 +717,8 @@ fn keystone(s: &mut State, req: &mut Req) -> Answer {
             }
         }
         "application_credential" => {
-            let ac = &auth["identity"]["application_credential"];
-            if auth.get("scope").is_some() {
-                return violation(
-                    s,
-                    req,
-                    "an application credential token must not ask for a scope",
-                );
-            }
-            let ok = ac["id"].as_str() == Some(APP_CRED_ID)
-                && ac["secret"].as_str() == Some(APP_CRED_SECRET);
-            if !ok {
-                return bad_creds();
+            if let Some(refused) = application_credential(auth) {
+                return refused;
             }
         }
         other => return violation(s, req, format!("unsupported method {other:?}")),
@@ -707,6 +747,32 @@ fn keystone(s: &mut State, req: &mut Req) -> Answer {
         vec![("x-subject-token".into(), token)],
         Some(body),
     )
+}
+
+/// Keystone 30 on an application credential: `None` when it authenticates.
+fn application_credential(auth: &Value) -> Option<Answer> {
+    let ac = &auth["identity"]["application_credential"];
+    if auth.get("scope").is_some() {
+        // 401 for any scope, even the credential's own project.
+        return Some(Answer::json(
+            401,
+            json!({"error": {"code": 401, "identity": {}, "message": "Error authenticating with application credential: Application credentials cannot request a scope.", "title": "Unauthorized"}}),
+        ));
+    }
+    let by_id = ac["id"].as_str();
+    let by_name = ac["name"].as_str() == Some(APP_CRED_NAME)
+        && (ac["user"]["id"].as_str() == Some(USER_ID)
+            || (ac["user"]["name"].as_str() == Some(USERNAME) && ac["user"]["domain"].is_object()));
+    if let Some(id) = by_id.filter(|id| *id != APP_CRED_ID) {
+        return Some(Answer::json(
+            404,
+            json!({"error": {"code": 404, "message": format!("Could not find Application Credential: {id}."), "title": "Not Found"}}),
+        ));
+    }
+    if !(by_id.is_some() || by_name) || ac["secret"].as_str() != Some(APP_CRED_SECRET) {
+        return Some(unauthorized());
+    }
+    None
 }
 
 /// Heat's timestamp format (`2024-05-01T10:00:00Z`), unique per call.

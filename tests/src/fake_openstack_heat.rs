@@ -1,12 +1,32 @@
 //! The fake Heat: stacks with one server group and its scaling policies,
 //! the native API (`/heat/v1/{tenant}`) and pre-signed cfn alarm URLs.
+//!
+//! It follows what real Heat 27 did when measured (`docs/openstack-conformance.md`,
+//! "Where the fakes differed"): a signal is answered 200 before anything
+//! happens and ignored without an event while the group scales, cools down
+//! or sits at `min_size`/`max_size`; a scale-down after a mark removes the
+//! marked member and the oldest healthy one; every stack update resizes an
+//! AutoScalingGroup to its `desired_capacity` (or its healthy count) and
+//! replaces marked ResourceGroup members; a PATCH during an update is
+//! accepted and supersedes it; missing resources are `ResourceNotFound`,
+//! missing stacks `EntityNotFound`; bodies of successful calls are `null`
+//! or HTML as Heat sends them. The group mechanics live in `scaling`; the
+//! template, previews, metadata and events in `views`.
 
 use std::collections::BTreeMap;
 
 use axum::http::{Method, StatusCode};
+use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 
-use super::{Answer, FakeOpenStack, PROJECT_ID, Req, Signal, State, heat_time, violation};
+use super::{Answer, FakeOpenStack, PROJECT_ID, Req, State, heat_time, violation};
+
+#[path = "fake_openstack_heat_scaling.rs"]
+mod scaling;
+#[path = "fake_openstack_heat_views.rs"]
+mod views;
+
+pub(crate) use scaling::cfn_signal;
 
 /// Which Heat group type holds the servers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -15,6 +35,15 @@ pub enum GroupKind {
     ResourceGroup,
     /// `OS::Heat::AutoScalingGroup` with scaling policies.
     AutoScalingGroup,
+}
+
+/// Where an AutoScalingGroup's `desired_capacity` comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Desired {
+    /// A stack parameter (`{get_param: name}`).
+    Param(String),
+    /// A number in the template.
+    Literal(u32),
 }
 
 /// The server group of a [`FakeStack`].
@@ -32,6 +61,18 @@ pub struct FakeGroup {
     pub count_param: String,
     /// The stack parameter its `removal_policies` come from (ResourceGroup).
     pub removal_param: String,
+    /// AutoScalingGroup `min_size` (default 0).
+    pub min_size: u32,
+    /// AutoScalingGroup `max_size` (default 100).
+    pub max_size: u32,
+    /// AutoScalingGroup `desired_capacity` (default none, as
+    /// `docs/heat/gearshift-autoscaling.yaml`).
+    pub desired: Option<Desired>,
+    /// The `gearshift_op` parameter reaches a member property that replaces
+    /// on change (a server's `user_data` under the default
+    /// `user_data_update_policy: REPLACE`): changing it replaces every
+    /// existing member. Default false (`IGNORE`: only new members get it).
+    pub op_replaces: bool,
 }
 
 /// A stack to create in the fake.
@@ -43,54 +84,101 @@ pub struct FakeStack {
     pub group: Option<FakeGroup>,
     /// Scaling policies: resource name -> adjustment (+1, -1).
     pub policies: BTreeMap<String, i32>,
+    /// Policy cooldowns in seconds (default 0).
+    pub cooldowns: BTreeMap<String, u64>,
     /// Extra parameters.
     pub parameters: BTreeMap<String, Value>,
 }
 
 impl FakeStack {
-    /// A stack whose `group` is a ResourceGroup of `count` servers, sized
-    /// by the `count` parameter, with a `removal_policies` json parameter.
-    pub fn resource_group(name: &str, member_prefix: &str, count: u32) -> Self {
+    fn with_group(name: &str, group: FakeGroup) -> Self {
         FakeStack {
             name: name.into(),
-            group: Some(FakeGroup {
-                resource_name: "group".into(),
-                kind: GroupKind::ResourceGroup,
-                member_prefix: member_prefix.into(),
-                initial: count,
-                count_param: "count".into(),
-                removal_param: "removal_policies".into(),
-            }),
+            group: Some(group),
             policies: BTreeMap::new(),
+            cooldowns: BTreeMap::new(),
             parameters: BTreeMap::new(),
         }
     }
 
-    /// A stack whose `asg` is an AutoScalingGroup of `count` servers with
-    /// policies `scale_up` (+1) and `scale_down` (-1).
-    pub fn asg(name: &str, member_prefix: &str, count: u32) -> Self {
-        FakeStack {
-            name: name.into(),
-            group: Some(FakeGroup {
-                resource_name: "asg".into(),
-                kind: GroupKind::AutoScalingGroup,
-                member_prefix: member_prefix.into(),
-                initial: count,
-                count_param: "count".into(),
-                removal_param: "removal_policies".into(),
-            }),
-            policies: [("scale_up".to_string(), 1), ("scale_down".to_string(), -1)]
-                .into_iter()
-                .collect(),
-            parameters: BTreeMap::new(),
+    fn group_spec(kind: GroupKind, resource: &str, prefix: &str, count: u32) -> FakeGroup {
+        FakeGroup {
+            resource_name: resource.into(),
+            kind,
+            member_prefix: prefix.into(),
+            initial: count,
+            count_param: "count".into(),
+            removal_param: "removal_policies".into(),
+            min_size: 0,
+            max_size: 100,
+            desired: None,
+            op_replaces: false,
         }
+    }
+
+    /// A stack whose `group` is a ResourceGroup of `count` servers, sized
+    /// by the `count` parameter, with a `removal_policies` json parameter.
+    pub fn resource_group(name: &str, member_prefix: &str, count: u32) -> Self {
+        let g = Self::group_spec(GroupKind::ResourceGroup, "group", member_prefix, count);
+        Self::with_group(name, g)
+    }
+
+    /// A stack whose `asg` is an AutoScalingGroup of `count` servers with
+    /// policies `scale_up` (+1) and `scale_down` (-1), cooldown 0, no
+    /// `desired_capacity`, min 0, max 100.
+    pub fn asg(name: &str, member_prefix: &str, count: u32) -> Self {
+        let g = Self::group_spec(GroupKind::AutoScalingGroup, "asg", member_prefix, count);
+        let mut s = Self::with_group(name, g);
+        s.policies = [("scale_up".to_string(), 1), ("scale_down".to_string(), -1)]
+            .into_iter()
+            .collect();
+        s
+    }
+
+    fn group_mut(&mut self) -> &mut FakeGroup {
+        self.group.as_mut().expect("a stack with a group")
+    }
+
+    /// The AutoScalingGroup's `min_size` and `max_size`.
+    pub fn with_limits(mut self, min: u32, max: u32) -> Self {
+        let g = self.group_mut();
+        (g.min_size, g.max_size) = (min, max);
+        self
+    }
+
+    /// `desired_capacity: {get_param: <param>}`, the parameter set to the
+    /// initial size.
+    pub fn with_desired_param(mut self, param: &str) -> Self {
+        let n = self.group_mut().initial;
+        self.group_mut().desired = Some(Desired::Param(param.into()));
+        self.parameters.insert(param.into(), json!(n.to_string()));
+        self
+    }
+
+    /// `desired_capacity` written in the template.
+    pub fn with_desired(mut self, n: u32) -> Self {
+        self.group_mut().desired = Some(Desired::Literal(n));
+        self
+    }
+
+    /// A policy's `cooldown` in seconds.
+    pub fn with_cooldown(mut self, policy: &str, secs: u64) -> Self {
+        self.cooldowns.insert(policy.into(), secs);
+        self
+    }
+
+    /// `gearshift_op` replaces every member when it changes (see [`FakeGroup::op_replaces`]).
+    pub fn with_op_replacing(mut self) -> Self {
+        self.group_mut().op_replaces = true;
+        self
     }
 }
 
 /// One member of a group.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FakeMember {
-    /// Resource name in the group's nested stack.
+    /// Resource name in the group's nested stack (`0`, `1`, ... or 12
+    /// random letters and digits, as Heat names them).
     pub name: String,
     /// The Nova server's id (the resource's physical id).
     pub server_id: String,
@@ -103,11 +191,8 @@ pub struct FakeMember {
     /// The stack's `gearshift_op` parameter when the member was created
     /// (what a template would hand to the new server's user data).
     pub boot_op: Option<String>,
-}
-
-#[derive(Debug, Clone)]
-enum Pending {
-    Update(serde_json::Map<String, Value>),
+    /// Heat's `creation_time`.
+    pub created: String,
 }
 
 #[derive(Debug)]
@@ -123,7 +208,11 @@ struct GroupState {
     reason: String,
     updated: Option<String>,
     polls_left: u32,
-    pending: Option<i32>,
+    /// A signal Heat accepted and has not applied yet: (policy, adjustment, event reason).
+    signal: Option<(String, i32, String)>,
+    scaling_in_progress: bool,
+    cooldown_end: Option<DateTime<Utc>>,
+    cooldown_reason: String,
 }
 
 #[derive(Debug)]
@@ -137,8 +226,12 @@ struct StackState {
     parameters: BTreeMap<String, Value>,
     group: Option<GroupState>,
     policies: BTreeMap<String, i32>,
+    cooldowns: BTreeMap<String, u64>,
     polls_left: u32,
-    pending: Option<Pending>,
+    /// An update in flight: the parameters before it (to see what changed).
+    pending: Option<BTreeMap<String, Value>>,
+    /// `SIGNAL` events, oldest first: (policy, event JSON).
+    events: Vec<(String, Value)>,
 }
 
 #[derive(Debug, Default)]
@@ -146,6 +239,19 @@ pub(crate) struct HeatState {
     stacks: Vec<StackState>,
     update_polls: u32,
     fail_next_update: Option<String>,
+}
+
+/// 12 lowercase letters and digits, as Heat's short ids (`26qz6sxlbbcq`).
+fn short_id(s: &mut State) -> String {
+    s.counter += 1;
+    let mut x = s.counter.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0x5DEE_CE66_D1CE_4E5B;
+    (0..12)
+        .map(|_| {
+            let c = b"abcdefghijklmnopqrstuvwxyz0123456789"[(x % 36) as usize];
+            x /= 36;
+            c as char
+        })
+        .collect()
 }
 
 impl FakeOpenStack {
@@ -157,8 +263,9 @@ impl FakeOpenStack {
         let mut parameters = spec.parameters.clone();
         let group = spec.group.clone().map(|g| {
             let nested_id = s.next_id("4e5d");
+            let nested_name = format!("{}-{}-{}", spec.name, g.resource_name, short_id(&mut s));
             let mut gs = GroupState {
-                nested_name: format!("{}-{}-x7k2q", spec.name, g.resource_name),
+                nested_name,
                 nested_id,
                 spec: g.clone(),
                 members: Vec::new(),
@@ -167,10 +274,13 @@ impl FakeOpenStack {
                 reason: "Stack CREATE completed successfully".into(),
                 updated: None,
                 polls_left: 0,
-                pending: None,
+                signal: None,
+                scaling_in_progress: false,
+                cooldown_end: (g.kind == GroupKind::AutoScalingGroup).then(Utc::now),
+                cooldown_reason: format!("ExactCapacity : {}", g.initial),
             };
             for _ in 0..g.initial {
-                add_member(&mut s, &mut gs);
+                scaling::add_member(&mut s, &mut gs, None);
             }
             if g.kind == GroupKind::ResourceGroup {
                 parameters.insert(g.count_param.clone(), json!(g.initial.to_string()));
@@ -188,10 +298,21 @@ impl FakeOpenStack {
             parameters,
             group,
             policies: spec.policies,
+            cooldowns: spec.cooldowns,
             polls_left: 0,
             pending: None,
+            events: Vec::new(),
         });
         format!("{}/{}", spec.name, id)
+    }
+
+    fn with_stack<T>(&self, name: &str, f: impl FnOnce(&StackState) -> T) -> T {
+        let s = self.lock();
+        f(s.heat
+            .stacks
+            .iter()
+            .find(|st| st.name == name)
+            .expect("stack"))
     }
 
     /// Whether a stack of this name exists.
@@ -201,14 +322,7 @@ impl FakeOpenStack {
 
     /// A stack's `(stack_status, stack_status_reason)`.
     pub fn stack_status(&self, name: &str) -> (String, String) {
-        let s = self.lock();
-        let st = s
-            .heat
-            .stacks
-            .iter()
-            .find(|st| st.name == name)
-            .expect("stack");
-        (st.status.clone(), st.reason.clone())
+        self.with_stack(name, |st| (st.status.clone(), st.reason.clone()))
     }
 
     /// Forces a stack's status (for example `UPDATE_IN_PROGRESS` or `CREATE_FAILED`).
@@ -226,42 +340,41 @@ impl FakeOpenStack {
 
     /// A stack's current parameter values.
     pub fn stack_parameters(&self, name: &str) -> BTreeMap<String, Value> {
-        let s = self.lock();
-        s.heat
-            .stacks
-            .iter()
-            .find(|st| st.name == name)
-            .expect("stack")
-            .parameters
-            .clone()
+        self.with_stack(name, |st| st.parameters.clone())
     }
 
     /// The members of a stack's group, oldest first.
     pub fn members(&self, name: &str) -> Vec<FakeMember> {
-        let s = self.lock();
-        let st = s
-            .heat
-            .stacks
-            .iter()
-            .find(|st| st.name == name)
-            .expect("stack");
-        st.group
-            .as_ref()
-            .map(|g| g.members.clone())
-            .unwrap_or_default()
+        self.with_stack(name, |st| {
+            st.group
+                .as_ref()
+                .map(|g| g.members.clone())
+                .unwrap_or_default()
+        })
     }
 
     /// The nested stack of a stack's group, `name/id`.
     pub fn group_stack(&self, name: &str) -> String {
-        let s = self.lock();
-        let st = s
-            .heat
-            .stacks
-            .iter()
-            .find(|st| st.name == name)
-            .expect("stack");
-        let g = st.group.as_ref().expect("group");
-        format!("{}/{}", g.nested_name, g.nested_id)
+        self.with_stack(name, |st| {
+            let g = st.group.as_ref().expect("group");
+            format!("{}/{}", g.nested_name, g.nested_id)
+        })
+    }
+
+    /// The `resource_status_reason` of a policy's `SIGNAL` events, oldest first.
+    pub fn policy_events(&self, name: &str, policy: &str) -> Vec<String> {
+        self.with_stack(name, |st| {
+            st.events
+                .iter()
+                .filter(|(p, _)| p == policy)
+                .map(|(_, e)| {
+                    e["resource_status_reason"]
+                        .as_str()
+                        .unwrap_or("")
+                        .to_string()
+                })
+                .collect()
+        })
     }
 
     /// GETs of an updating stack before the update finishes (default 0:
@@ -277,16 +390,16 @@ impl FakeOpenStack {
         self.lock().heat.fail_next_update = Some(reason.into());
     }
 
-    /// The pre-signed cfn `alarm_url` of a policy, as Heat's `alarm_url`
-    /// attribute gives it (EC2 signature v2 in the query; no token needed).
+    /// The pre-signed `alarm_url` of a policy, shaped as heat-api-cfn 27
+    /// makes it: the ARN's colons encoded, its slashes literal, then
+    /// `SignatureMethod`, `SignatureVersion`, `AWSAccessKeyId`, `Signature`
+    /// (no `Timestamp`: it never expires). No token needed.
     pub fn alarm_url(&self, stack: &str, policy: &str) -> String {
         let (name, id) = stack.split_once('/').expect("name/id");
-        let arn = format!("arn:openstack:heat::{PROJECT_ID}:stacks/{name}/{id}/resources/{policy}");
-        let arn: String = url::form_urlencoded::byte_serialize(arn.as_bytes()).collect::<String>();
         format!(
-            "{}/heat-cfn/v1/signal/{arn}?Timestamp=2024-05-01T10%3A00%3A00Z&SignatureMethod=HmacSHA256&AWSAccessKeyId=4a6a4a2b1e&SignatureVersion=2&Signature={}",
+            "{}/heat-cfn/v1/signal/arn%3Aopenstack%3Aheat%3A%3A{PROJECT_ID}%3Astacks/{name}/{id}/resources/{policy}?SignatureMethod=HmacSHA256&SignatureVersion=2&AWSAccessKeyId=4a6a4a2b1e8c4d2f9e0b7a6c5d4e3f21&Signature={}",
             self.base_url(),
-            expected_signature(name, policy)
+            scaling::expected_signature(name, policy)
         )
     }
 
@@ -297,38 +410,6 @@ impl FakeOpenStack {
             self.base_url()
         )
     }
-}
-
-fn expected_signature(stack: &str, policy: &str) -> String {
-    format!("c2lnLX{stack}-{policy}%3D")
-}
-
-fn add_member(s: &mut State, g: &mut GroupState) {
-    add_member_for(s, g, None)
-}
-
-fn add_member_for(s: &mut State, g: &mut GroupState, boot_op: Option<String>) {
-    let index = g.next_index;
-    g.next_index += 1;
-    let server_name = format!("{}{}", g.spec.member_prefix, index);
-    let server_id = super::compute::spawn_server(s, &server_name);
-    let name = match g.spec.kind {
-        GroupKind::ResourceGroup => index.to_string(),
-        GroupKind::AutoScalingGroup => format!("m{index:03}ab"),
-    };
-    g.members.push(FakeMember {
-        name,
-        server_id,
-        server_name,
-        status: "CREATE_COMPLETE".into(),
-        reason: "state changed".into(),
-        boot_op,
-    });
-}
-
-fn remove_member(s: &mut State, g: &mut GroupState, i: usize) {
-    let m = g.members.remove(i);
-    super::compute::drop_server(s, &m.server_id);
 }
 
 fn find_stack(s: &State, name: &str, id: Option<&str>) -> Option<usize> {
@@ -347,290 +428,154 @@ fn find_group(s: &State, name: &str, id: Option<&str>) -> Option<usize> {
     })
 }
 
-fn not_found(what: &str) -> Answer {
+fn heat_404(kind: &str, what: &str) -> Answer {
     Answer::json(
         404,
-        json!({"explanation": "The resource could not be found.", "code": 404, "error": {"message": what, "traceback": null, "type": "EntityNotFound"}, "title": "Not Found"}),
+        json!({"explanation": "The resource could not be found.", "code": 404, "error": {"message": what, "traceback": null, "type": kind}, "title": "Not Found"}),
     )
 }
 
-fn in_progress(name: &str, status: &str) -> Answer {
-    let action = status.split('_').next().unwrap_or("UPDATE");
-    Answer::json(
-        409,
-        json!({"explanation": "There was a conflict when trying to complete your request.", "code": 409, "error": {"message": format!("Stack {name} already has an action ({action}) in progress."), "traceback": null, "type": "ActionInProgress"}, "title": "Conflict"}),
+/// A missing stack: `EntityNotFound`.
+fn stack_not_found(name: &str) -> Answer {
+    heat_404(
+        "EntityNotFound",
+        &format!("The Stack ({name}) could not be found."),
     )
 }
 
-fn stack_json(st: &StackState, base: &str) -> Value {
-    let params: serde_json::Map<String, Value> = st
-        .parameters
-        .iter()
-        .map(|(k, v)| {
-            let v = match v {
-                Value::String(s) => s.clone(),
-                other => other.to_string(),
-            };
-            (k.clone(), Value::String(v))
-        })
-        .chain([
-            ("OS::stack_id".to_string(), json!(st.id)),
-            ("OS::stack_name".to_string(), json!(st.name)),
-            ("OS::project_id".to_string(), json!(PROJECT_ID)),
-        ])
-        .collect();
-    json!({
-        "capabilities": [],
-        "creation_time": st.created,
-        "deletion_time": null,
-        "description": "gearshift test stack",
-        "disable_rollback": true,
-        "id": st.id,
-        "links": [{"href": format!("{base}/heat/v1/{PROJECT_ID}/stacks/{}/{}", st.name, st.id), "rel": "self"}],
-        "notification_topics": [],
-        "outputs": [],
-        "parameters": params,
-        "parent": null,
-        "stack_name": st.name,
-        "stack_owner": null,
-        "stack_status": st.status,
-        "stack_status_reason": st.reason,
-        "stack_user_project_id": "8f3c9ee6f1a9446d9f0f0e0d8c5a3b2d",
-        "tags": null,
-        "template_description": "gearshift test stack",
-        "timeout_mins": null,
-        "updated_time": st.updated,
-    })
+/// A missing resource of an existing stack: `ResourceNotFound`.
+fn resource_not_found(res: &str, stack: &str) -> Answer {
+    heat_404(
+        "ResourceNotFound",
+        &format!("The Resource ({res}) could not be found in Stack {stack}."),
+    )
 }
 
-fn nested_json(st: &StackState, g: &GroupState, base: &str) -> Value {
-    json!({
-        "capabilities": [], "creation_time": st.created, "deletion_time": null,
-        "description": "No description", "disable_rollback": true, "id": g.nested_id,
-        "links": [{"href": format!("{base}/heat/v1/{PROJECT_ID}/stacks/{}/{}", g.nested_name, g.nested_id), "rel": "self"}],
-        "notification_topics": [], "outputs": [], "parameters": {"OS::stack_id": g.nested_id, "OS::stack_name": g.nested_name, "OS::project_id": PROJECT_ID},
-        "parent": st.id, "stack_name": g.nested_name, "stack_owner": null,
-        "stack_status": g.status, "stack_status_reason": g.reason,
-        "stack_user_project_id": "8f3c9ee6f1a9446d9f0f0e0d8c5a3b2d", "tags": null,
-        "template_description": "No description", "timeout_mins": null, "updated_time": g.updated,
-    })
+/// heat-api's HTML page for a 202 or 302 (clients must not parse it).
+fn html(status: u16, extra: Vec<(String, String)>) -> Answer {
+    let code = StatusCode::from_u16(status).expect("status");
+    let text = format!(
+        "<html>\n <head>\n  <title>{code}</title>\n </head>\n <body>\n  <h1>{code}</h1>\n  The request is accepted for processing.<br /><br />\n\n\n\n </body>\n</html>"
+    );
+    let mut headers = vec![(
+        "content-type".to_string(),
+        "text/html; charset=UTF-8".to_string(),
+    )];
+    headers.extend(extra);
+    Answer(code, headers, Some(Value::String(text)))
 }
 
-/// Advances a group's in-progress nested stack (a policy signal) by one poll.
-fn advance_group(s: &mut State, idx: usize) {
-    let Some(g) = s.heat.stacks[idx].group.as_mut() else {
-        return;
-    };
-    if g.pending.is_none() || !g.status.ends_with("_IN_PROGRESS") {
-        return;
-    }
-    if g.polls_left > 0 {
-        g.polls_left -= 1;
-        return;
-    }
-    let adj = g.pending.take().expect("pending");
-    if let Some(reason) = s.heat.fail_next_update.take() {
-        let g = s.heat.stacks[idx].group.as_mut().expect("group");
-        g.status = "UPDATE_FAILED".into();
-        g.reason = reason;
-        return;
-    }
-    let mut g = s.heat.stacks[idx].group.take().expect("group");
-    if adj > 0 {
-        for _ in 0..adj {
-            add_member(s, &mut g);
-        }
+fn get_stack_redirect(s: &mut State, name: &str) -> Answer {
+    let base = s.base.clone();
+    let target = if let Some(i) = find_stack(s, name, None) {
+        Some((s.heat.stacks[i].name.clone(), s.heat.stacks[i].id.clone()))
     } else {
-        for _ in 0..(-adj) {
-            // Unhealthy (FAILED) members first, then the oldest.
-            let i = g
-                .members
-                .iter()
-                .position(|m| m.status.ends_with("FAILED"))
-                .unwrap_or(0);
-            if !g.members.is_empty() {
-                remove_member(s, &mut g, i);
-            }
-        }
-    }
-    g.status = "UPDATE_COMPLETE".into();
-    g.reason = "Stack UPDATE completed successfully".into();
-    s.heat.stacks[idx].group = Some(g);
-}
-
-/// Advances an in-progress stack by one poll; applies the change at the end.
-fn advance(s: &mut State, idx: usize) {
-    if !s.heat.stacks[idx].status.ends_with("_IN_PROGRESS") || s.heat.stacks[idx].pending.is_none()
-    {
-        return;
-    }
-    if s.heat.stacks[idx].polls_left > 0 {
-        s.heat.stacks[idx].polls_left -= 1;
-        return;
-    }
-    let pending = s.heat.stacks[idx].pending.take().expect("pending");
-    if let Some(reason) = s.heat.fail_next_update.take() {
-        let st = &mut s.heat.stacks[idx];
-        st.status = "UPDATE_FAILED".into();
-        st.reason = reason;
-        return;
-    }
-    let mut group = s.heat.stacks[idx].group.take();
-    match pending {
-        Pending::Update(params) => {
-            for (k, v) in params {
-                s.heat.stacks[idx].parameters.insert(k, v);
-            }
-            if let Some(g) = group
-                .as_mut()
-                .filter(|g| g.spec.kind == GroupKind::ResourceGroup)
-            {
-                let p = &s.heat.stacks[idx].parameters;
-                let count = match p.get(&g.spec.count_param) {
-                    Some(Value::String(c)) => c.parse::<usize>().unwrap_or(g.members.len()),
-                    Some(Value::Number(n)) => n.as_u64().unwrap_or(0) as usize,
-                    _ => g.members.len(),
-                };
-                let policies = match p.get(&g.spec.removal_param) {
-                    Some(Value::String(text)) => serde_json::from_str(text).unwrap_or(json!([])),
-                    Some(v) => v.clone(),
-                    None => json!([]),
-                };
-                let boot_op = match p.get("gearshift_op") {
-                    Some(Value::String(op)) if !op.is_empty() => Some(op.clone()),
-                    _ => None,
-                };
-                let mut blacklist = Vec::new();
-                for pol in policies.as_array().cloned().unwrap_or_default() {
-                    for r in pol["resource_list"].as_array().cloned().unwrap_or_default() {
-                        if let Some(r) = r.as_str() {
-                            blacklist.push(r.to_string());
-                        }
-                    }
-                }
-                // Blacklisted members go first (and their names are never reused).
-                while let Some(i) = g
-                    .members
-                    .iter()
-                    .position(|m| blacklist.contains(&m.name) || blacklist.contains(&m.server_id))
-                {
-                    remove_member(s, g, i);
-                }
-                while g.members.len() > count {
-                    let last = g.members.len() - 1;
-                    remove_member(s, g, last);
-                }
-                while g.members.len() < count {
-                    add_member_for(s, g, boot_op.clone());
-                }
-            }
-        }
-    }
-    let st = &mut s.heat.stacks[idx];
-    st.group = group;
-    st.status = "UPDATE_COMPLETE".into();
-    st.reason = "Stack UPDATE completed successfully".into();
-}
-
-fn start_change(s: &mut State, idx: usize, pending: Pending) {
-    let t = heat_time(s);
-    let polls = s.heat.update_polls;
-    let st = &mut s.heat.stacks[idx];
-    st.status = "UPDATE_IN_PROGRESS".into();
-    st.reason = "Stack UPDATE started".into();
-    st.updated = Some(t);
-    st.pending = Some(pending);
-    st.polls_left = polls;
-}
-
-/// Applies a policy signal: Heat accepts it (200) even when the group
-/// cannot scale now, and then does nothing (`NoActionRequired`).
-fn signal_policy(
-    s: &mut State,
-    idx: usize,
-    policy: &str,
-    via: &'static str,
-    details: Option<Value>,
-) -> Answer {
-    let name = s.heat.stacks[idx].name.clone();
-    let Some(adj) = s.heat.stacks[idx].policies.get(policy).copied() else {
-        return not_found(&format!(
-            "The Resource ({policy}) could not be found in Stack {name}."
-        ));
+        find_group(s, name, None).map(|i| {
+            let g = s.heat.stacks[i].group.as_ref().expect("group");
+            (g.nested_name.clone(), g.nested_id.clone())
+        })
     };
-    let settled = s.heat.stacks[idx].status.ends_with("_COMPLETE")
-        && s.heat.stacks[idx]
-            .group
-            .as_ref()
-            .is_none_or(|g| g.status.ends_with("_COMPLETE"));
-    s.signals.push(Signal {
-        stack: name,
-        resource: policy.into(),
-        via,
-        details,
-        applied: settled,
-    });
-    if settled {
-        let t = heat_time(s);
-        let polls = s.heat.update_polls;
-        if let Some(g) = s.heat.stacks[idx].group.as_mut() {
-            g.status = "UPDATE_IN_PROGRESS".into();
-            g.reason = "Stack UPDATE started".into();
-            g.updated = Some(t);
-            g.pending = Some(adj);
-            g.polls_left = polls;
-        }
+    match target {
+        Some((n, id)) => html(
+            302,
+            vec![(
+                "location".into(),
+                format!("{base}/heat/v1/{PROJECT_ID}/stacks/{n}/{id}"),
+            )],
+        ),
+        None => stack_not_found(name),
     }
-    Answer::empty(200)
 }
 
-pub(crate) fn cfn_signal(s: &mut State, req: &mut Req) -> Answer {
-    if req.method != Method::POST {
-        return violation(s, req, "alarm URLs take POST");
-    }
-    if req.header("x-auth-token").is_some() {
-        return violation(s, req, "a token was sent to a pre-signed alarm URL");
-    }
-    let segs = req.segments("/heat-cfn/v1/signal/");
-    let [arn] = segs.as_slice() else {
-        return violation(s, req, "expected /v1/signal/<arn>");
-    };
-    for p in [
-        "Timestamp",
-        "SignatureMethod",
-        "AWSAccessKeyId",
-        "SignatureVersion",
-        "Signature",
-    ] {
-        if req.param(p).is_none() {
-            return violation(
-                s,
-                req,
-                format!("pre-signed URL lost its {p} query parameter"),
-            );
-        }
-    }
-    // arn:openstack:heat::<tenant>:stacks/<name>/<id>/resources/<policy>
-    let tail = arn.split_once(":stacks/").map(|(_, t)| t).unwrap_or("");
-    let parts: Vec<&str> = tail.split('/').collect();
-    let [name, id, "resources", policy] = parts.as_slice() else {
-        return violation(s, req, format!("unexpected ARN {arn}"));
-    };
-    let sig = req.param("Signature").unwrap_or_default();
-    let expected = percent_encoding::percent_decode_str(&expected_signature(name, policy))
-        .decode_utf8_lossy()
-        .into_owned();
-    if sig != expected {
+fn get_stack(s: &mut State, name: &str, id: &str) -> Answer {
+    let base = s.base.clone();
+    if let Some(i) = find_stack(s, name, Some(id)) {
+        scaling::advance(s, i);
         return Answer::json(
-            403,
-            json!({"Error": {"Code": "SignatureError", "Message": "The request signature we calculated does not match the signature you provided.", "Type": "Sender"}}),
+            200,
+            json!({"stack": views::stack_json(&s.heat.stacks[i], &base)}),
         );
     }
-    let Some(idx) = find_stack(s, name, Some(id)) else {
-        return not_found(&format!("The Stack ({name}) could not be found."));
+    match find_group(s, name, Some(id)) {
+        Some(i) => {
+            scaling::advance_group(s, i);
+            let st = &s.heat.stacks[i];
+            let g = st.group.as_ref().expect("group");
+            Answer::json(200, json!({"stack": views::nested_json(st, g, &base)}))
+        }
+        None => stack_not_found(name),
+    }
+}
+
+fn list_resources(s: &mut State, req: &Req, name: &str, id: &str) -> Answer {
+    let base = s.base.clone();
+    let depth: u32 = match req.param("nested_depth") {
+        Some(d) => match d.parse() {
+            Ok(d) => d,
+            Err(_) => return violation(s, req, "nested_depth must be an integer"),
+        },
+        None => 0,
     };
-    let details = req.body.clone();
-    signal_policy(s, idx, policy, "alarm_url", details)
+    if let Some(i) = find_stack(s, name, Some(id)) {
+        return Answer::json(
+            200,
+            json!({ "resources": views::resources_json(&s.heat.stacks[i], depth, &base) }),
+        );
+    }
+    match find_group(s, name, Some(id)) {
+        Some(i) => {
+            let g = s.heat.stacks[i].group.as_ref().expect("group");
+            let out: Vec<Value> = g
+                .members
+                .iter()
+                .map(|m| views::member_json(g, m, &base))
+                .collect();
+            Answer::json(200, json!({ "resources": out }))
+        }
+        None => stack_not_found(name),
+    }
+}
+
+/// `PATCH stacks/{name}/{id}/resources/{res}`: mark (or unmark) unhealthy.
+fn mark_resource(s: &mut State, req: &Req, name: &str, id: &str, res: &str) -> Answer {
+    let body = req.body.clone().unwrap_or(Value::Null);
+    let ok_shape = body.as_object().is_some_and(|o| {
+        o.get("mark_unhealthy").is_some_and(Value::is_boolean)
+            && o.keys()
+                .all(|k| k == "mark_unhealthy" || k == "resource_status_reason")
+            && o.get("resource_status_reason").is_none_or(Value::is_string)
+    });
+    if !ok_shape {
+        return violation(
+            s,
+            req,
+            "resource PATCH body must be {\"mark_unhealthy\": bool, \"resource_status_reason\": str}",
+        );
+    }
+    let mark = body["mark_unhealthy"].as_bool().unwrap_or(false);
+    let reason = body["resource_status_reason"]
+        .as_str()
+        .unwrap_or("")
+        .to_string();
+    if let Some(i) = find_group(s, name, Some(id)) {
+        let g = s.heat.stacks[i].group.as_mut().expect("group");
+        let Some(m) = g.members.iter_mut().find(|m| m.name == res) else {
+            return resource_not_found(res, name);
+        };
+        m.status = if mark {
+            "CHECK_FAILED"
+        } else {
+            "CHECK_COMPLETE"
+        }
+        .into();
+        m.reason = reason;
+        return Answer::json(200, Value::Null);
+    }
+    match find_stack(s, name, Some(id)) {
+        Some(i) if scaling::has_resource(&s.heat.stacks[i], res) => Answer::json(200, Value::Null),
+        Some(_) => resource_not_found(res, name),
+        None => stack_not_found(name),
+    }
 }
 
 pub(crate) fn route(s: &mut State, req: &mut Req) -> Answer {
@@ -640,229 +585,31 @@ pub(crate) fn route(s: &mut State, req: &mut Req) -> Answer {
     }
     let segs = req.segments(&prefix);
     let segs: Vec<&str> = segs.iter().map(String::as_str).collect();
-    let base = s.base.clone();
     match (req.method.clone(), segs.as_slice()) {
-        (Method::GET, ["stacks", name]) => {
-            let target = if let Some(i) = find_stack(s, name, None) {
-                Some((s.heat.stacks[i].name.clone(), s.heat.stacks[i].id.clone()))
-            } else {
-                find_group(s, name, None).map(|i| {
-                    let g = s.heat.stacks[i].group.as_ref().expect("group");
-                    (g.nested_name.clone(), g.nested_id.clone())
-                })
-            };
-            match target {
-                Some((n, id)) => {
-                    let loc = format!("{base}/heat/v1/{PROJECT_ID}/stacks/{n}/{id}");
-                    Answer(
-                        StatusCode::FOUND,
-                        vec![("location".into(), loc)],
-                        Some(json!({})),
-                    )
-                }
-                None => not_found(&format!("The Stack ({name}) could not be found.")),
-            }
-        }
-        (Method::GET, ["stacks", name, id]) => {
-            if let Some(i) = find_stack(s, name, Some(id)) {
-                advance(s, i);
-                return Answer::json(200, json!({"stack": stack_json(&s.heat.stacks[i], &base)}));
-            }
-            match find_group(s, name, Some(id)) {
-                Some(i) => {
-                    advance_group(s, i);
-                    let st = &s.heat.stacks[i];
-                    let g = st.group.as_ref().expect("group");
-                    Answer::json(200, json!({"stack": nested_json(st, g, &base)}))
-                }
-                None => not_found(&format!("The Stack ({name}) could not be found.")),
-            }
-        }
-        (Method::PATCH, ["stacks", name, id]) => {
-            let Some(i) = find_stack(s, name, Some(id)) else {
-                return not_found(&format!("The Stack ({name}) could not be found."));
-            };
-            let Some(body) = req.body.clone().filter(Value::is_object) else {
-                return violation(s, req, "stack update needs a JSON object body");
-            };
-            let allowed = [
-                "parameters",
-                "template",
-                "template_url",
-                "files",
-                "environment",
-                "timeout_mins",
-                "disable_rollback",
-                "clear_parameters",
-                "tags",
-                "converge",
-                "parameter_defaults",
-            ];
-            for k in body.as_object().expect("object").keys() {
-                if !allowed.contains(&k.as_str()) {
-                    return violation(s, req, format!("unknown stack update field {k:?}"));
-                }
-            }
-            let params = body.get("parameters").cloned().unwrap_or(json!({}));
-            let Some(params) = params.as_object().cloned() else {
-                return violation(s, req, "parameters must be an object");
-            };
-            if let Some(g) = &s.heat.stacks[i].group
-                && let Some(rp) = params.get(&g.spec.removal_param)
-            {
-                let parsed = match rp {
-                    Value::String(t) => serde_json::from_str::<Value>(t).ok(),
-                    v => Some(v.clone()),
-                };
-                let ok = parsed.as_ref().and_then(Value::as_array).is_some_and(|l| {
-                    l.iter().all(|p| {
-                        p.as_object().is_some_and(|o| {
-                            o.keys().all(|k| k == "resource_list")
-                                && o["resource_list"]
-                                    .as_array()
-                                    .is_some_and(|rl| rl.iter().all(Value::is_string))
-                        })
-                    })
-                });
-                if !ok {
-                    return violation(
-                        s,
-                        req,
-                        "removal_policies must be [{\"resource_list\": [names]}]",
-                    );
-                }
-            }
-            let status = s.heat.stacks[i].status.clone();
-            if status.ends_with("_IN_PROGRESS") {
-                return in_progress(name, &status);
-            }
-            start_change(s, i, Pending::Update(params));
-            Answer::empty(202)
-        }
-        (Method::GET, ["stacks", name, id, "resources"]) => {
-            let Some(i) = find_stack(s, name, Some(id)) else {
-                return not_found(&format!("The Stack ({name}) could not be found."));
-            };
-            let depth: u32 = match req.param("nested_depth") {
-                Some(d) => match d.parse() {
-                    Ok(d) => d,
-                    Err(_) => return violation(s, req, "nested_depth must be an integer"),
-                },
-                None => 0,
-            };
-            let st = &s.heat.stacks[i];
-            let link = |stack: &str, sid: &str, res: &str| {
-                json!([
-                    {"href": format!("{base}/heat/v1/{PROJECT_ID}/stacks/{stack}/{sid}/resources/{res}"), "rel": "self"},
-                    {"href": format!("{base}/heat/v1/{PROJECT_ID}/stacks/{stack}/{sid}"), "rel": "stack"},
-                ])
-            };
-            let mut out = Vec::new();
-            if let Some(g) = &st.group {
-                let ty = match g.spec.kind {
-                    GroupKind::ResourceGroup => "OS::Heat::ResourceGroup",
-                    GroupKind::AutoScalingGroup => "OS::Heat::AutoScalingGroup",
-                };
-                let mut group_links = link(&st.name, &st.id, &g.spec.resource_name);
-                if let Some(l) = group_links.as_array_mut() {
-                    l.push(json!({"href": format!("{base}/heat/v1/{PROJECT_ID}/stacks/{}/{}", g.nested_name, g.nested_id), "rel": "nested"}));
-                }
-                out.push(json!({
-                    "resource_name": g.spec.resource_name, "resource_type": ty,
-                    "physical_resource_id": g.nested_id, "resource_status": "UPDATE_COMPLETE",
-                    "resource_status_reason": "state changed", "required_by": [],
-                    "updated_time": st.created, "creation_time": st.created,
-                    "logical_resource_id": g.spec.resource_name,
-                    "links": group_links,
-                }));
-                if depth >= 1 {
-                    for m in &g.members {
-                        out.push(json!({
-                            "resource_name": m.name, "resource_type": "OS::Nova::Server",
-                            "physical_resource_id": m.server_id, "resource_status": m.status,
-                            "resource_status_reason": m.reason, "required_by": [],
-                            "parent_resource": g.spec.resource_name,
-                            "updated_time": st.created, "creation_time": st.created,
-                            "logical_resource_id": m.name,
-                            "links": link(&g.nested_name, &g.nested_id, &m.name),
-                        }));
-                    }
-                }
-            }
-            for p in st.policies.keys() {
-                out.push(json!({
-                    "resource_name": p, "resource_type": "OS::Heat::ScalingPolicy",
-                    "physical_resource_id": format!("{p}-phys"), "resource_status": "CREATE_COMPLETE",
-                    "resource_status_reason": "state changed", "required_by": [],
-                    "updated_time": st.created, "creation_time": st.created,
-                    "logical_resource_id": p, "links": link(&st.name, &st.id, p),
-                }));
-            }
-            Answer::json(200, json!({ "resources": out }))
-        }
+        (Method::GET, ["stacks", name]) => get_stack_redirect(s, name),
+        (Method::GET, ["stacks", name, id]) => get_stack(s, name, id),
+        (Method::PATCH, ["stacks", name, id]) => scaling::patch_stack(s, req, name, id),
+        (Method::PATCH, ["stacks", name, id, "preview"]) => views::preview(s, req, name, id),
+        (Method::GET, ["stacks", name, id, "template"]) => views::template(s, name, id),
+        (Method::GET, ["stacks", name, id, "resources"]) => list_resources(s, req, name, id),
         (Method::PATCH, ["stacks", name, id, "resources", res]) => {
-            let body = req.body.clone().unwrap_or(Value::Null);
-            let ok_shape = body.as_object().is_some_and(|o| {
-                o.get("mark_unhealthy").is_some_and(Value::is_boolean)
-                    && o.keys()
-                        .all(|k| k == "mark_unhealthy" || k == "resource_status_reason")
-                    && o.get("resource_status_reason").is_none_or(Value::is_string)
-            });
-            if !ok_shape {
-                return violation(
-                    s,
-                    req,
-                    "resource PATCH body must be {\"mark_unhealthy\": bool, \"resource_status_reason\": str}",
-                );
-            }
-            let mark = body["mark_unhealthy"].as_bool().unwrap_or(false);
-            let reason = body["resource_status_reason"]
-                .as_str()
-                .unwrap_or("")
-                .to_string();
-            // The resource may be a top-level one or a group member in a nested stack.
-            for st in s.heat.stacks.iter_mut() {
-                if let Some(g) = st.group.as_mut()
-                    && g.nested_name == *name
-                    && g.nested_id == *id
-                {
-                    let Some(m) = g.members.iter_mut().find(|m| m.name == *res) else {
-                        return not_found(&format!(
-                            "The Resource ({res}) could not be found in Stack {name}."
-                        ));
-                    };
-                    if mark {
-                        m.status = "CHECK_FAILED".into();
-                        m.reason = reason;
-                    } else {
-                        m.status = "CHECK_COMPLETE".into();
-                        m.reason = reason;
-                    }
-                    return Answer::empty(200);
-                }
-            }
-            match find_stack(s, name, Some(id)) {
-                Some(i)
-                    if s.heat.stacks[i].policies.contains_key(*res)
-                        || s.heat.stacks[i]
-                            .group
-                            .as_ref()
-                            .is_some_and(|g| g.spec.resource_name == *res) =>
-                {
-                    Answer::empty(200)
-                }
-                Some(_) => not_found(&format!(
-                    "The Resource ({res}) could not be found in Stack {name}."
-                )),
-                None => not_found(&format!("The Stack ({name}) could not be found.")),
-            }
+            mark_resource(s, req, name, id, res)
+        }
+        (Method::GET, ["stacks", name, id, "resources", res, "metadata"]) => {
+            views::metadata(s, name, id, res)
+        }
+        (Method::GET, ["stacks", name, id, "resources", res, "events"]) => {
+            views::events(s, req, name, id, res)
         }
         (Method::POST, ["stacks", name, id, "resources", res, "signal"]) => {
             let Some(i) = find_stack(s, name, Some(id)) else {
-                return not_found(&format!("The Stack ({name}) could not be found."));
+                return stack_not_found(name);
             };
             let details = req.body.clone();
-            signal_policy(s, i, res, "signal", details)
+            match scaling::signal_policy(s, i, res, "signal", details) {
+                Ok(()) => Answer::json(200, Value::Null),
+                Err(a) => a,
+            }
         }
         _ => violation(s, req, "no such Heat API call"),
     }
