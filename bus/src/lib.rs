@@ -13,6 +13,8 @@
 //! - [`api`]: the trait, messages, deliveries, subscriptions, queue specs.
 //! - [`mod@backoff`]: the one retry policy (reconnects of both transports,
 //!   consumer restarts, and [`fn@backoff`] for the agents), on `backon`.
+//! - [`health`]: what a bus reports about itself ([`BusHealth`]: connected,
+//!   refused operations, oversized messages dropped).
 //! - [`url`]: bus URL parsing (no network access).
 //! - [`reply`]: request/reply on top of any transport.
 //! - [`memory`], [`amqp`], [`stomp`]: the transports.
@@ -33,6 +35,7 @@ pub mod amqp;
 pub mod api;
 pub mod backoff;
 pub mod error;
+pub mod health;
 pub mod memory;
 pub mod reply;
 pub mod stomp;
@@ -44,8 +47,9 @@ use std::time::Duration;
 
 pub use api::{
     AckHandle, Bus, BusEvent, ConsumeOptions, Delivery, Durability, OutMessage, QueueSpec,
-    SharedBus, Subscription,
+    SharedBus, Subscription, TooLarge,
 };
+pub use health::{BusHealth, Refusing};
 pub use backoff::Backoff;
 pub use error::BusError;
 pub use url::{BusUrl, StompFlavor};
