@@ -223,7 +223,14 @@ impl Delivery {
     ) -> Self {
         Delivery {
             too_large: Some(too_large),
-            ..Self::new(key, Bytes::new(), reply_to, correlation_id, redelivered, None)
+            ..Self::new(
+                key,
+                Bytes::new(),
+                reply_to,
+                correlation_id,
+                redelivered,
+                None,
+            )
         }
     }
 

@@ -49,9 +49,9 @@ pub use api::{
     AckHandle, Bus, BusEvent, ConsumeOptions, Delivery, Durability, OutMessage, QueueSpec,
     SharedBus, Subscription, TooLarge,
 };
-pub use health::{BusHealth, Refusing};
 pub use backoff::Backoff;
 pub use error::BusError;
+pub use health::{BusHealth, Refusing};
 pub use url::{BusUrl, StompFlavor};
 
 /// TLS settings for `amqps://` and `stomp+ssl://`.

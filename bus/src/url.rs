@@ -284,7 +284,10 @@ mod tests {
     fn the_server_header_names_the_flavor() {
         for (server, want) in [
             ("ActiveMQ/5.17.2", Some(StompFlavor::ActiveMq)),
-            ("ActiveMQ-Artemis/2.31.2 ActiveMQ Artemis Messaging Engine", Some(StompFlavor::ActiveMq)),
+            (
+                "ActiveMQ-Artemis/2.31.2 ActiveMQ Artemis Messaging Engine",
+                Some(StompFlavor::ActiveMq),
+            ),
             ("RabbitMQ/3.10.8", Some(StompFlavor::RabbitMq)),
             ("Apache/1.0", None),
             ("", None),

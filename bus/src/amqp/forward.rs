@@ -126,10 +126,7 @@ impl Forwarder {
             limit = MAX_PAYLOAD,
             "message over the size limit: rejected and dropped"
         );
-        let _ = d
-            .acker
-            .reject(BasicRejectOptions { requeue: false })
-            .await;
+        let _ = d.acker.reject(BasicRejectOptions { requeue: false }).await;
         if let Some(shared) = self.shared.upgrade() {
             shared.too_large.fetch_add(1, Ordering::Relaxed);
         }
@@ -157,7 +154,10 @@ fn property_headers(p: &BasicProperties) -> Vec<(String, String)> {
             h.push((name.to_string(), v));
         }
     };
-    push("content-type", p.content_type().as_ref().map(|s| s.to_string()));
+    push(
+        "content-type",
+        p.content_type().as_ref().map(|s| s.to_string()),
+    );
     push("message-id", p.message_id().as_ref().map(|s| s.to_string()));
     push("user-id", p.user_id().as_ref().map(|s| s.to_string()));
     push("app-id", p.app_id().as_ref().map(|s| s.to_string()));

@@ -11,7 +11,11 @@ use crate::health::BusHealth;
 
 impl Shared {
     /// Waits while `what` is in its refusal backoff (bounded by `deadline`).
-    pub(super) async fn wait_out_refusal(&self, what: &str, deadline: Instant) -> Result<(), BusError> {
+    pub(super) async fn wait_out_refusal(
+        &self,
+        what: &str,
+        deadline: Instant,
+    ) -> Result<(), BusError> {
         let until = self
             .refusals
             .lock()

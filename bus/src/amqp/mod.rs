@@ -265,7 +265,9 @@ impl AmqpBus {
             what: format!("starting a consumer of {source:?}"),
             after: op_timeout,
         };
-        self.shared.wait_out_refusal(&source.label(), deadline).await?;
+        self.shared
+            .wait_out_refusal(&source.label(), deadline)
+            .await?;
         let id = loop {
             let link = self.shared.link(deadline).await?;
             let mut topo = timeout_at(deadline, self.shared.topo.lock())

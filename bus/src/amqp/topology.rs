@@ -6,12 +6,10 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use lapin::options::{
-    BasicConsumeOptions, BasicQosOptions, QueueBindOptions, QueueDeclareOptions,
-};
+use lapin::Channel;
+use lapin::options::{BasicConsumeOptions, BasicQosOptions, QueueBindOptions, QueueDeclareOptions};
 use lapin::protocol::{AMQPErrorKind, AMQPSoftError};
 use lapin::types::{AMQPValue, FieldTable};
-use lapin::Channel;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 

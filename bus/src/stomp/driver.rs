@@ -386,8 +386,7 @@ impl Driver {
             let delay = self.delays.next_delay();
             let attempt_fut = async {
                 tokio::time::sleep(delay).await;
-                tokio::time::timeout(ep.opts.connect_timeout, establish(&ep, Some(ep.flavor)))
-                    .await
+                tokio::time::timeout(ep.opts.connect_timeout, establish(&ep, Some(ep.flavor))).await
             };
             tokio::select! {
                 r = attempt_fut => match r {

@@ -111,13 +111,32 @@ pub(crate) async fn establish(
         match conn.next().await {
             Some(Ok(Item::HeartBeat | Item::TooLarge { .. })) => continue,
             Some(Ok(Item::Frame(f))) => {
-                let hb = session::check_connected(&f, &ep.name(), ep.opts.heartbeat)?;
+                let hb = session::check_connected(&f, &ep.name(), ep.opts.heartbeat)
+                    .map_err(|e| explain_refusal(ep, e))?;
                 let flavor = session::resolve_flavor(expect, f.get("server"), &ep.name())?;
                 return Ok(Opened { conn, hb, flavor });
             }
             Some(Err(e)) => return Err(codec_error(ep, e)),
             None => return Err(ep.lost("connection closed before CONNECTED")),
         }
+    }
+}
+
+/// A refused CONNECT when the URL names ActiveMQ: its `host` header is the
+/// URL's host, which RabbitMQ would take for a virtual host.
+fn explain_refusal(ep: &Endpoint, e: BusError) -> BusError {
+    match e {
+        BusError::Auth { endpoint, reason } if ep.named == Some(StompFlavor::ActiveMq) => {
+            BusError::Auth {
+                endpoint,
+                reason: format!(
+                    "{reason} (the URL names flavor=activemq, so CONNECT's `host` is {:?}; \
+                     if this broker is RabbitMQ, leave ?flavor= out)",
+                    ep.host_header
+                ),
+            }
+        }
+        other => other,
     }
 }
 

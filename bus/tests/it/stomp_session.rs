@@ -1,5 +1,6 @@
 //! Session behaviour against the in-process broker: ERROR frames, close,
-//! publishes that outlive their connection, and the ActiveMQ destinations.
+//! publishes that outlive their connection, and the ActiveMQ destinations
+//! (named by `?flavor=`: the in-process broker sends no `server` header).
 
 use crate::stomp_support;
 
@@ -145,7 +146,16 @@ async fn activemq_flavor_uses_topics_and_node_queues() {
     assert_eq!(subs[0].get("activemq.prefetchSize"), Some("7"));
     assert_eq!(
         subs[1].get("destination"),
-        Some("/topic/gearshift.report.>")
+        Some("/topic/VirtualTopic.gearshift.report.>")
+    );
+    // One SEND reaches the node's queue and the topic watchers see.
+    let sends = frames(&broker, Command::Send);
+    assert_eq!(
+        sends[0].get("destination"),
+        Some(
+            "/queue/gearshift.node.n1%2Eexample%2Ecom,\
+             /topic/VirtualTopic.gearshift.cmd.n1%2Eexample%2Ecom"
+        )
     );
     let connect = frames(&broker, Command::Connect);
     assert_eq!(connect[0].get("host"), Some("127.0.0.1"));

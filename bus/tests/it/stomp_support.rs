@@ -2,7 +2,8 @@
 //! made to do on demand (fall silent, speak TLS with a test CA). It speaks
 //! through our own codec, answers CONNECT with a configurable `heart-beat`,
 //! sends heart-beats as promised, answers every `receipt`, and routes a SEND
-//! to the subscriptions whose destination is exactly the SEND's.
+//! to the subscriptions whose destination is exactly the SEND's (or one of
+//! its comma-separated destinations, as ActiveMQ's composite SEND).
 
 #![allow(dead_code)]
 
@@ -113,6 +114,7 @@ async fn serve<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
                         st.heartbeats_in.fetch_add(1, Ordering::SeqCst);
                         continue;
                     }
+                    Some(Ok(Item::TooLarge { .. })) => continue,
                     Some(Ok(Item::Frame(f))) => f,
                 };
                 st.frames.lock().unwrap().push((n, f.clone()));
@@ -145,9 +147,10 @@ async fn serve<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
                         break;
                     }
                     Command::Send => {
-                        let dest = f.get("destination").unwrap_or_default();
+                        let dests: Vec<&str> =
+                            f.get("destination").unwrap_or_default().split(',').collect();
                         for (_, id, d, tx) in st.subs.lock().unwrap().iter() {
-                            if d == dest {
+                            if dests.contains(&d.as_str()) {
                                 let m = st.next_message.fetch_add(1, Ordering::SeqCst);
                                 let mut msg = Frame::new(Command::Message)
                                     .header("subscription", id.clone())

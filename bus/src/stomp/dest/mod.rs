@@ -400,17 +400,17 @@ fn activemq_subscribes(spec: &QueueSpec) -> Result<Vec<QueueSubscribe>, BusError
     let consumer = gearshift_proto::routing::segment(&spec.name);
     let mut out: Vec<QueueSubscribe> = Vec::with_capacity(spec.bindings.len());
     for b in &spec.bindings {
-        let node_queue = command_node(b)
-            .is_some_and(|node| spec.name == format!("{NODE_QUEUE_PREFIX}{node}"));
+        let node_queue =
+            command_node(b).is_some_and(|node| spec.name == format!("{NODE_QUEUE_PREFIX}{node}"));
         let destination = if node_queue {
             format!("/queue/{}", spec.name)
         } else {
             let pattern = activemq_pattern(b)?;
             match spec.durability {
                 Durability::Transient => virtual_topic(&pattern),
-                Durability::Durable => format!(
-                    "/queue/Consumer.{consumer}.{VIRTUAL_TOPIC}{EXCHANGE}.{pattern}"
-                ),
+                Durability::Durable => {
+                    format!("/queue/Consumer.{consumer}.{VIRTUAL_TOPIC}{EXCHANGE}.{pattern}")
+                }
             }
         };
         if !out.iter().any(|q| q.destination == destination) {

@@ -104,8 +104,8 @@ fn a_bounded_queue_carries_its_limit() {
             subs[0].headers
         );
     }
-    let e = queue_subscribes(ActiveMq, &QueueSpec::node_commands("n1").with_max_length(5))
-        .unwrap_err();
+    let e =
+        queue_subscribes(ActiveMq, &QueueSpec::node_commands("n1").with_max_length(5)).unwrap_err();
     assert!(e.to_string().contains("cannot bound"), "{e}");
 }
 
@@ -132,7 +132,9 @@ fn activemq_mapping() {
         key_of(
             ActiveMq,
             "/queue/gearshift.node.n1%2Eexample%2Ecom",
-            Some("/queue/gearshift.node.n1%2Eexample%2Ecom,topic://VirtualTopic.gearshift.cmd.n1%2Eexample%2Ecom")
+            Some(
+                "/queue/gearshift.node.n1%2Eexample%2Ecom,topic://VirtualTopic.gearshift.cmd.n1%2Eexample%2Ecom"
+            )
         ),
         cmd
     );
@@ -189,7 +191,10 @@ fn activemq_replies_use_temporary_queues_and_verbatim_addresses() {
     assert!(validate_reply_to(RabbitMq, remote).is_err());
     assert!(send_to_queue(ActiveMq, "/temp-queue/").is_err());
     assert!(send_to_queue(ActiveMq, "/queue/a,/queue/b").is_err());
-    assert_eq!(key_of(ActiveMq, "/temp-queue/gearshift.reply.ab", None), "gearshift.reply.ab");
+    assert_eq!(
+        key_of(ActiveMq, "/temp-queue/gearshift.reply.ab", None),
+        "gearshift.reply.ab"
+    );
 }
 
 #[test]

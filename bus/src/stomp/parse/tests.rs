@@ -334,5 +334,13 @@ fn a_skipping_decoder_drops_oversized_bodies_and_goes_on() {
         frame: Frame::new(Command::Message),
         size: 60,
     };
-    assert!(encode(&item, &mut BytesMut::new(), EncodeOptions::default(), &limits).is_err());
+    assert!(
+        encode(
+            &item,
+            &mut BytesMut::new(),
+            EncodeOptions::default(),
+            &limits
+        )
+        .is_err()
+    );
 }

@@ -176,9 +176,18 @@ mod tests {
         assert_eq!(resolve_flavor(None, amq, "h:1").unwrap(), ActiveMq);
         assert_eq!(resolve_flavor(None, rmq, "h:1").unwrap(), RabbitMq);
         assert_eq!(resolve_flavor(None, None, "h:1").unwrap(), RabbitMq);
-        assert_eq!(resolve_flavor(None, Some("Other/1"), "h:1").unwrap(), RabbitMq);
-        assert_eq!(resolve_flavor(Some(ActiveMq), None, "h:1").unwrap(), ActiveMq);
-        assert_eq!(resolve_flavor(Some(ActiveMq), amq, "h:1").unwrap(), ActiveMq);
+        assert_eq!(
+            resolve_flavor(None, Some("Other/1"), "h:1").unwrap(),
+            RabbitMq
+        );
+        assert_eq!(
+            resolve_flavor(Some(ActiveMq), None, "h:1").unwrap(),
+            ActiveMq
+        );
+        assert_eq!(
+            resolve_flavor(Some(ActiveMq), amq, "h:1").unwrap(),
+            ActiveMq
+        );
         let e = resolve_flavor(Some(RabbitMq), amq, "h:1").unwrap_err();
         assert!(matches!(e, BusError::Url { .. }), "{e}");
         assert!(!e.is_retryable());

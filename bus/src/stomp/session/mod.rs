@@ -249,7 +249,10 @@ impl<C: Caller> StompSession<C> {
         }
         let queued: Vec<Batch<C>> = self.queued.drain(..).collect();
         let deferred = std::mem::take(&mut self.deferred);
-        for b in queued.into_iter().chain(deferred.into_iter().map(|(_, b)| b)) {
+        for b in queued
+            .into_iter()
+            .chain(deferred.into_iter().map(|(_, b)| b))
+        {
             self.finish(b, Err(BusError::Closed));
         }
         let mut keys: Vec<u64> = self.subs.keys().copied().collect();

@@ -50,7 +50,8 @@ impl<C: Caller> StompSession<C> {
         for (i, f) in batch.frames.iter().enumerate() {
             self.next_receipt += 1;
             let r = format!("r{}", self.next_receipt);
-            self.receipts.insert(r.clone(), Awaited { batch: n, frame: i });
+            self.receipts
+                .insert(r.clone(), Awaited { batch: n, frame: i });
             sent.push(f.clone().header("receipt", r));
         }
         let waiting = sent.len();

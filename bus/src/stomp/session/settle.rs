@@ -3,8 +3,8 @@
 
 use std::time::Instant;
 
-use super::io::{Batch, Caller, Output, Verdict};
 use super::StompSession;
+use super::io::{Batch, Caller, Output, Verdict};
 use crate::error::BusError;
 use crate::stomp::frame::{Command, Frame};
 use crate::stomp::parse::Item;

@@ -483,7 +483,10 @@ fn a_silent_broker_is_dead_after_three_of_its_intervals() {
     // ActiveMQ's timing (measured): the first beat two intervals after
     // CONNECTED, a little late, then one every interval.
     t.advance(MS(2050));
-    assert!(t.s.timer(t.now).is_ok(), "the first beat may come after 2 P");
+    assert!(
+        t.s.timer(t.now).is_ok(),
+        "the first beat may come after 2 P"
+    );
     t.s.received(Item::HeartBeat, t.now).unwrap();
     for _ in 0..5 {
         t.advance(MS(1020));

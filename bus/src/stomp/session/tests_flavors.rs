@@ -52,7 +52,11 @@ fn a_refused_destination_holds_further_attempts_for_its_backoff() {
     t.advance(MS(300));
     t.s.timer(t.now).unwrap();
     let o = t.outs();
-    assert_eq!(o.commands(), vec![Command::Subscribe], "only the live caller");
+    assert_eq!(
+        o.commands(),
+        vec![Command::Subscribe],
+        "only the live caller"
+    );
     // Accepted at last: the refusal is forgotten.
     assert_eq!(t.confirm(&o.frames).ok(), vec![4]);
     assert!(t.s.health().refusing.is_empty());
@@ -76,7 +80,11 @@ fn a_subscription_refused_while_restoring_is_retried_without_holding_the_rest() 
     assert!(o1.ended.is_empty(), "the subscription stays");
     let o2 = t.confirm(&o.frames[1..]);
     assert_eq!(o2.events, vec![BusEvent::Connected { reconnects: 1 }]);
-    assert_eq!(o2.commands(), vec![Command::Send], "the queued call goes out");
+    assert_eq!(
+        o2.commands(),
+        vec![Command::Send],
+        "the queued call goes out"
+    );
     assert!(t.s.health().connected);
     assert_eq!(t.s.health().refusing.len(), 1);
     // After the backoff the SUBSCRIBE is sent again, under the same id.
@@ -109,7 +117,8 @@ fn on_activemq_an_error_without_receipt_keeps_the_connection() {
     let mut t = T::flavored(HeartBeats::default(), StompFlavor::ActiveMq);
     let o = t.publish(call(1));
     let (r, o2) = t.frame(
-        Frame::new(Command::Error).header("message", "Unexpected ACK received for message-id [null]"),
+        Frame::new(Command::Error)
+            .header("message", "Unexpected ACK received for message-id [null]"),
     );
     assert!(r.is_ok());
     assert!(o2.finished.is_empty());
@@ -207,7 +216,10 @@ fn an_oversized_message_is_acknowledged_and_handed_on_without_its_body() {
             let o = t.settle(&o.delivered[0], Verdict::Ack, None);
             assert_eq!(o.commands(), vec![Command::Ack]);
             let o = t.request(Request::Unsubscribe { key: 5 });
-            assert!(t.receipt(&receipt_of(&o.frames[0])).0.is_ok(), "nothing stranded");
+            assert!(
+                t.receipt(&receipt_of(&o.frames[0])).0.is_ok(),
+                "nothing stranded"
+            );
         }
     }
 }
@@ -216,7 +228,11 @@ fn an_oversized_message_is_acknowledged_and_handed_on_without_its_body() {
 fn the_timer_covers_held_batches_only_while_connected() {
     let mut t = T::flavored(HeartBeats::default(), StompFlavor::ActiveMq);
     let o = t.subscribe(1, true, call(1));
-    assert!(t.frame(error_for(&receipt_of(&o.frames[0]), "no")).0.is_ok());
+    assert!(
+        t.frame(error_for(&receipt_of(&o.frames[0]), "no"))
+            .0
+            .is_ok()
+    );
     t.subscribe(2, true, call(2));
     assert!(t.s.next_deadline().is_some());
     t.lose("gone");
@@ -229,9 +245,17 @@ fn the_timer_covers_held_batches_only_while_connected() {
     assert_eq!(t.outs().commands(), vec![Command::Subscribe]);
     // Closing fails what is still held.
     let o = t.subscribe(3, true, call(3));
-    assert!(t.frame(error_for(&receipt_of(&o.frames[0]), "no")).0.is_ok());
+    assert!(
+        t.frame(error_for(&receipt_of(&o.frames[0]), "no"))
+            .0
+            .is_ok()
+    );
     t.subscribe(4, true, call(4));
     t.s.close();
     let o = t.outs();
-    assert!(o.failed().iter().any(|(id, e)| *id == 4 && matches!(e, BusError::Closed)));
+    assert!(
+        o.failed()
+            .iter()
+            .any(|(id, e)| *id == 4 && matches!(e, BusError::Closed))
+    );
 }
