@@ -1,5 +1,5 @@
 //! What a bus reports about itself ([`BusHealth`]), and the bookkeeping of
-//! refused operations both transports share ([`Refusals`]).
+//! refused operations both transports share (`Refusals`).
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};

@@ -184,28 +184,7 @@ impl BusUrl {
                 } else {
                     pct(path)?
                 };
-                let mut flavor = StompFlavor::RabbitMq;
-                let mut flavor_named = false;
-                for (k, v) in u.query_pairs() {
-                    match (k.as_ref(), v.as_ref()) {
-                        ("flavor", "rabbitmq") => {
-                            flavor = StompFlavor::RabbitMq;
-                            flavor_named = true;
-                        }
-                        ("flavor", "activemq") | ("flavor", "artemis") => {
-                            flavor = StompFlavor::ActiveMq;
-                            flavor_named = true;
-                        }
-                        ("flavor", other) => {
-                            return Err(err(&format!(
-                                "unknown flavor {other:?} (rabbitmq or activemq)"
-                            )));
-                        }
-                        (other, _) => {
-                            return Err(err(&format!("unknown query parameter {other:?}")));
-                        }
-                    }
-                }
+                let (flavor, flavor_named) = stomp_flavor(&u).map_err(|r| err(&r))?;
                 Ok(BusUrl::Stomp {
                     host: host.to_string(),
                     port,
@@ -222,6 +201,23 @@ impl BusUrl {
             ))),
         }
     }
+}
+
+/// The `?flavor=` of a STOMP URL: the flavor (RabbitMQ when absent) and
+/// whether it was named; `Err` with the reason for anything unknown.
+fn stomp_flavor(u: &url::Url) -> Result<(StompFlavor, bool), String> {
+    let mut found = (StompFlavor::RabbitMq, false);
+    for (k, v) in u.query_pairs() {
+        found = match (k.as_ref(), v.as_ref()) {
+            ("flavor", "rabbitmq") => (StompFlavor::RabbitMq, true),
+            ("flavor", "activemq") | ("flavor", "artemis") => (StompFlavor::ActiveMq, true),
+            ("flavor", other) => {
+                return Err(format!("unknown flavor {other:?} (rabbitmq or activemq)"));
+            }
+            (other, _) => return Err(format!("unknown query parameter {other:?}")),
+        };
+    }
+    Ok(found)
 }
 
 #[cfg(test)]

@@ -285,24 +285,10 @@ impl FrameDecoder {
         else {
             unreachable!("called in the Head state")
         };
-        if *scanned == 0 {
-            // Between frames: heart-beats.
-            match buf.first() {
-                None => return Ok(Step::More),
-                Some(b'\n') => {
-                    buf.advance(1);
-                    return Ok(Step::Item(Item::HeartBeat));
-                }
-                Some(b'\r') => match buf.get(1) {
-                    None => return Ok(Step::More),
-                    Some(b'\n') => {
-                        buf.advance(2);
-                        return Ok(Step::Item(Item::HeartBeat));
-                    }
-                    Some(_) => return Err(FrameError::BareCr),
-                },
-                Some(_) => {}
-            }
+        if *scanned == 0
+            && let Some(step) = between_frames(buf)?
+        {
+            return Ok(step);
         }
         let mut head_len = None;
         let mut i = *scanned;
@@ -483,6 +469,27 @@ impl FrameDecoder {
             unreachable!("called in the Skip state")
         };
         head.into_too_large(size)
+    }
+}
+
+/// Between frames: a heart-beat (LF or CRLF), more bytes needed, or `None`
+/// when a frame starts.
+fn between_frames(buf: &mut BytesMut) -> Result<Option<Step>, FrameError> {
+    match buf.first() {
+        None => Ok(Some(Step::More)),
+        Some(b'\n') => {
+            buf.advance(1);
+            Ok(Some(Step::Item(Item::HeartBeat)))
+        }
+        Some(b'\r') => match buf.get(1) {
+            None => Ok(Some(Step::More)),
+            Some(b'\n') => {
+                buf.advance(2);
+                Ok(Some(Step::Item(Item::HeartBeat)))
+            }
+            Some(_) => Err(FrameError::BareCr),
+        },
+        Some(_) => Ok(None),
     }
 }
 
