@@ -132,7 +132,10 @@ impl Default for ConsumeOptions {
 pub trait AckHandle: Send + Sync {
     /// Positive acknowledgement: the message is done with and leaves the queue.
     async fn ack(&self) -> Result<(), BusError>;
-    /// Negative acknowledgement; with `requeue` the message is delivered again.
+    /// Negative acknowledgement; with `requeue` the message is delivered again
+    /// (on ActiveMQ together with every other delivery of its subscription
+    /// not yet settled, whose handles then fail), without it it is dropped
+    /// or dead-lettered.
     async fn nack(&self, requeue: bool) -> Result<(), BusError>;
 }
 
@@ -242,7 +245,8 @@ impl Delivery {
         }
     }
 
-    /// Rejects the delivery; with `requeue` it is delivered again.
+    /// Rejects the delivery; with `requeue` it is delivered again (see
+    /// [`AckHandle::nack`] for ActiveMQ).
     pub async fn nack(mut self, requeue: bool) -> Result<(), BusError> {
         match self.acker.take() {
             Some(a) => a.nack(requeue).await,

@@ -7,7 +7,7 @@
 //! | --- | --- |
 //! | `memory://[name]` | in-process ([`memory`]), for the demo and unit tests |
 //! | `amqp://user:pass@host:port/vhost`, `amqps://…` | AMQP 0-9-1 via lapin ([`amqp`]) |
-//! | `stomp://user:pass@host:port[/vhost]`, `stomp+ssl://…` | STOMP 1.2, our own codec and session ([`stomp`]) |
+//! | `stomp://user:pass@host:port[/vhost][?flavor=rabbitmq\|activemq]`, `stomp+ssl://…` | STOMP 1.2, our own codec and session ([`stomp`]); the flavor is detected when not named |
 //!
 //! ## Layout
 //! - [`api`]: the trait, messages, deliveries, subscriptions, queue specs.
@@ -27,6 +27,10 @@
 //!   neither acked nor nacked when its consumer goes away is delivered again.
 //! - Transports reconnect with backoff and restore their topology
 //!   (exchange, queues, bindings, consumers) before reporting `Connected`.
+//! - A message over the transport's size limit never ends a session: it is
+//!   settled and handed on as a delivery with [`Delivery::too_large`] set.
+//! - An operation the broker refuses is retried no sooner than its backoff
+//!   allows, and shows in [`Bus::health`] until it succeeds.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 

@@ -266,6 +266,8 @@ impl Driver {
     /// Carries out the session's outputs in order; the connection is lost
     /// when `step` says so or a write fails.
     async fn flush(&mut self, conn: &mut Conn, step: Result<(), Lost>) -> Result<(), Exit> {
+        // Before any caller is answered, so that it sees what its call did.
+        self.publish_health();
         let mut failed = None;
         while let Some(out) = self.session.poll_output() {
             match out {
@@ -279,7 +281,6 @@ impl Driver {
                 other => self.settle_output(other),
             }
         }
-        self.publish_health();
         match (step, failed) {
             (Err(lost), _) | (Ok(()), Some(lost)) => Err(Exit::Lost(lost)),
             (Ok(()), None) => Ok(()),

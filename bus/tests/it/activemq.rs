@@ -3,7 +3,7 @@
 //! URL in `target/activemq/url`; the user without rights from
 //! `GEARSHIFT_TEST_ACTIVEMQ_OUTSIDER_URL` or `target/activemq/url.outsider`):
 //! flavor detection, heart-beats over an idle half minute, a refused
-//! subscription that backs off. A missing broker is a failure naming the
+//! subscription that backs off, a late reply to a gone temporary queue. A missing broker is a failure naming the
 //! script, never a skip.
 
 use std::net::SocketAddr;
@@ -226,4 +226,55 @@ async fn a_refused_subscription_backs_off() {
     .await
     .unwrap();
     bus.close().await;
+}
+
+/// A reply to a requester that is gone (its temporary queue went with its
+/// connection) is refused by ActiveMQ with an ERROR for that SEND only: the
+/// responder's call fails, its session goes on, and nothing is held back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_reply_to_a_gone_requester_is_refused_without_harm() {
+    let t = uniq();
+    let responder = connect(&url(), options("responder")).await;
+    let spec = QueueSpec::durable(format!("gearshift.test.{t}"), vec![format!("{t}.svc")]);
+    let mut requests = responder
+        .consume(&spec, ConsumeOptions::default())
+        .await
+        .unwrap();
+    let requester = connect(&url(), options("requester")).await;
+    let e = requester
+        .request(
+            OutMessage::new(format!("{t}.svc"), "late"),
+            Duration::from_millis(200),
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(e, BusError::Timeout { .. }), "{e}");
+    requester.close().await;
+    let d = requests
+        .next_timeout(Duration::from_secs(10))
+        .await
+        .unwrap()
+        .unwrap();
+    let to = d.reply_to.clone().expect("a reply address");
+    assert!(to.starts_with("/remote-temp-queue/"), "{to}");
+    let mut reply = OutMessage::new(to.clone(), "too late").transient();
+    reply.correlation_id = d.correlation_id.clone();
+    let e = responder.send_to_queue(&to, reply).await.unwrap_err();
+    assert!(matches!(e, BusError::Server(_)), "{e}");
+    d.ack().await.unwrap();
+    let h = responder.health();
+    assert!(h.connected && h.refusing.is_empty(), "{h:?}");
+    responder
+        .publish(OutMessage::new(format!("{t}.svc"), "after"))
+        .await
+        .unwrap();
+    let d = requests
+        .next_timeout(Duration::from_secs(10))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(&d.payload[..], b"after");
+    d.ack().await.unwrap();
+    drop(requests);
+    responder.close().await;
 }

@@ -140,6 +140,12 @@ fn is_activemq_address(s: &str) -> bool {
         && !s.chars().any(char::is_control)
 }
 
+/// A temporary queue's destination (ours or another connection's): it goes
+/// away with its connection, so a refusal of it says nothing about the bus.
+pub fn is_temporary(destination: &str) -> bool {
+    destination.starts_with("/temp-queue/") || destination.starts_with("/remote-temp-queue/")
+}
+
 /// The node of a command key `cmd.<node>` (one segment).
 fn command_node(key: &str) -> Option<&str> {
     key.strip_prefix(CMD_PREFIX)

@@ -190,6 +190,8 @@ fn activemq_replies_use_temporary_queues_and_verbatim_addresses() {
     assert!(validate_reply_to(ActiveMq, remote).is_ok());
     assert!(validate_reply_to(RabbitMq, remote).is_err());
     assert!(send_to_queue(ActiveMq, "/temp-queue/").is_err());
+    assert!(is_temporary(remote) && is_temporary("/temp-queue/x"));
+    assert!(!is_temporary("/queue/x"));
     assert!(send_to_queue(ActiveMq, "/queue/a,/queue/b").is_err());
     assert_eq!(
         key_of(ActiveMq, "/temp-queue/gearshift.reply.ab", None),

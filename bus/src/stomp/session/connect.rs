@@ -78,7 +78,8 @@ pub fn error_text(frame: &Frame) -> String {
     let message = frame.get("message").unwrap_or("error");
     let body = String::from_utf8_lossy(&frame.body);
     let body: String = body.trim().chars().take(512).collect();
-    if body.is_empty() {
+    // ActiveMQ repeats the message as the body.
+    if body.is_empty() || body == message {
         message.to_string()
     } else {
         format!("{message}: {body}")
@@ -219,5 +220,9 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+        let repeated = Frame::new(Command::Error)
+            .header("message", "User x is not authorized")
+            .body(&b"User x is not authorized"[..]);
+        assert_eq!(error_text(&repeated), "User x is not authorized");
     }
 }

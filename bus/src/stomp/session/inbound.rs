@@ -8,6 +8,7 @@ use super::io::{AckBy, Batch, Caller, Lost, Message, Output};
 use super::send::destination;
 use super::{StompSession, connect};
 use crate::error::BusError;
+use crate::stomp::dest;
 use crate::stomp::frame::{Command, Frame};
 use crate::stomp::parse::Item;
 use crate::url::StompFlavor;
@@ -75,17 +76,20 @@ impl<C: Caller> StompSession<C> {
             && let Some(fl) = self.inflight.get(&a.batch)
         {
             let frame = fl.batch.frames.get(a.frame).cloned();
+            // A reply to a requester gone with its temporary queue is no
+            // reason to hold anything back (nor to call the bus unhealthy).
             let delay = frame
                 .as_ref()
                 .and_then(|fr| destination(fr))
+                .filter(|d| !dest::is_temporary(d))
                 .map(|d| self.refusals.refused(d, &text, now));
+            if delay.is_none() {
+                self.refusals.count();
+            }
             if fl.batch.is_internal() {
                 self.retry_later(frame, delay.unwrap_or_default(), now);
                 self.answered(a.batch, now);
                 return Ok(());
-            }
-            if delay.is_none() {
-                self.refusals.count();
             }
             self.fail_batch(a.batch, frame.as_ref(), BusError::Server(text), now);
             return Ok(());
