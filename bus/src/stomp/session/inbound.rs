@@ -70,8 +70,8 @@ impl<C: Caller> StompSession<C> {
 
     fn on_error(&mut self, f: &Frame, now: Instant) -> Result<(), Lost> {
         let text = connect::error_text(f);
-        tracing::warn!(endpoint = %self.endpoint, error = %text, "STOMP ERROR from the broker");
-        // An ERROR that names its receipt concerns one frame only.
+        // An ERROR that names its receipt concerns one frame only; the
+        // refusal is logged once, with its backoff, by `Refusals`.
         if let Some(a) = f.get("receipt-id").and_then(|r| self.receipts.remove(r))
             && let Some(fl) = self.inflight.get(&a.batch)
         {
@@ -84,6 +84,7 @@ impl<C: Caller> StompSession<C> {
                 .filter(|d| !dest::is_temporary(d))
                 .map(|d| self.refusals.refused(d, &text, now));
             if delay.is_none() {
+                tracing::info!(endpoint = %self.endpoint, error = %text, "STOMP ERROR for one frame");
                 self.refusals.count();
             }
             if fl.batch.is_internal() {
@@ -94,6 +95,7 @@ impl<C: Caller> StompSession<C> {
             self.fail_batch(a.batch, frame.as_ref(), BusError::Server(text), now);
             return Ok(());
         }
+        tracing::warn!(endpoint = %self.endpoint, error = %text, "STOMP ERROR from the broker");
         self.refusals.count();
         if self.flavor == StompFlavor::ActiveMq {
             // ActiveMQ keeps the connection after an ERROR (measured): one
