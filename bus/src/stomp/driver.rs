@@ -33,9 +33,10 @@ use crate::health::BusHealth;
 const CLOSE_WAIT: Duration = Duration::from_secs(5);
 
 /// A connection that stayed up this long without a refusal was healthy:
-/// the reconnect backoff starts again from its shortest delay after it. A
-/// connection lost sooner (or refused something) continues the series, so
-/// that a failure repeated right after each CONNECTED still backs off.
+/// the reconnect backoff starts again from its shortest delay after it (as
+/// after one the session recycled on purpose). A connection lost sooner (or
+/// that saw a refusal) continues the series, so that a failure repeated
+/// right after each CONNECTED still backs off.
 const STABLE_AFTER: Duration = Duration::from_secs(10);
 
 /// Where a bus call waits for its batch.
@@ -173,7 +174,7 @@ impl Driver {
                     return;
                 }
                 Exit::Lost(lost) => {
-                    let healthy = since.elapsed() >= STABLE_AFTER
+                    let healthy = (lost.recycle || since.elapsed() >= STABLE_AFTER)
                         && self.session.health().refused_total == refused_before;
                     if healthy {
                         self.delays = Backoff::reconnect(&self.ep.opts).delays();

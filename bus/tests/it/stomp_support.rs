@@ -8,7 +8,7 @@
 #![allow(dead_code)]
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -33,6 +33,9 @@ pub struct State {
     pub heartbeats_in: AtomicUsize,
     /// The connection (1-based) that stops writing anything; 0: none.
     pub silent: AtomicUsize,
+    /// Answer every SUBSCRIBE as RabbitMQ answers a forbidden one: an ERROR
+    /// without `receipt-id`, then a close.
+    pub refuse_subscribes: AtomicBool,
     /// Every frame received, with its connection number.
     pub frames: Mutex<Vec<(usize, Frame)>>,
     subs: Mutex<Vec<SubEntry>>,
@@ -125,6 +128,13 @@ async fn serve<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
                             .header("version", "1.2")
                             .header("heart-beat", hb.clone()),
                     ),
+                    Command::Subscribe if st.refuse_subscribes.load(Ordering::SeqCst) => {
+                        let error = Frame::new(Command::Error)
+                            .header("message", "access_refused")
+                            .body(&b"ACCESS_REFUSED - read access denied"[..]);
+                        let _ = conn.send(Item::Frame(error)).await;
+                        break;
+                    }
                     Command::Subscribe => st.subs.lock().unwrap().push((
                         n,
                         f.get("id").unwrap_or_default().to_string(),

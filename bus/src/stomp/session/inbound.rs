@@ -106,6 +106,7 @@ impl<C: Caller> StompSession<C> {
         Err(Lost {
             reason: format!("ERROR from the broker: {text}"),
             error: Some(BusError::Server(text)),
+            recycle: false,
         })
     }
 
@@ -228,9 +229,12 @@ impl<C: Caller> StompSession<C> {
             deliveries = n,
             "deliveries reached cancelled subscriptions; recycling the connection so that they come back"
         );
-        Err(Lost::new(format!(
-            "recycling the connection to give back {n} deliveries of cancelled subscriptions"
-        )))
+        Err(Lost {
+            recycle: true,
+            ..Lost::new(format!(
+                "recycling the connection to give back {n} deliveries of cancelled subscriptions"
+            ))
+        })
     }
 
     /// Whether a batch in flight still declares a queue (its brief

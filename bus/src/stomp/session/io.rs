@@ -222,6 +222,9 @@ pub(crate) struct Lost {
     pub reason: String,
     /// The broker's ERROR, if it sent one: the error of the calls it fails.
     pub error: Option<BusError>,
+    /// The session gives the connection up on purpose (to get deliveries
+    /// back), not because anything failed: no reason to back off.
+    pub recycle: bool,
 }
 
 impl Lost {
@@ -230,6 +233,7 @@ impl Lost {
         Lost {
             reason: reason.into(),
             error: None,
+            recycle: false,
         }
     }
 }

@@ -413,6 +413,7 @@ fn unsubscribe_recycles_the_connection_for_stranded_deliveries() {
         "{}",
         lost.reason
     );
+    assert!(lost.recycle, "on purpose: no reason to back off");
 }
 
 #[test]
