@@ -1,15 +1,21 @@
-//! A TCP proxy in front of RabbitMQ that cuts or freezes only this test's connections.
+//! A TCP proxy in front of a broker (RabbitMQ's AMQP port, ActiveMQ's STOMP
+//! port) that cuts or freezes only this test's connections.
 
-use super::*;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
 
 const UP: u8 = 0;
 const CUT: u8 = 1;
 const FROZEN: u8 = 2;
 
-/// A TCP proxy to RabbitMQ that can cut every connection and refuse new ones,
+/// A TCP proxy to a broker that can cut every connection and refuse new ones,
 /// optionally terminating TLS on its side.
-pub(super) struct Proxy {
-    pub(super) addr: SocketAddr,
+pub struct Proxy {
+    pub addr: SocketAddr,
     mode: Arc<AtomicU8>,
     epoch: watch::Sender<u64>,
     accepted: Arc<AtomicUsize>,
@@ -17,13 +23,13 @@ pub(super) struct Proxy {
 }
 
 impl Proxy {
-    pub(super) async fn start(tls: Option<Arc<rustls::ServerConfig>>) -> Proxy {
+    /// A proxy to `target`.
+    pub async fn start(target: SocketAddr, tls: Option<Arc<rustls::ServerConfig>>) -> Proxy {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let mode = Arc::new(AtomicU8::new(UP));
         let (epoch, _) = watch::channel(0u64);
         let accepted = Arc::new(AtomicUsize::new(0));
-        let target = broker_addr();
         let (m, e, a) = (mode.clone(), epoch.clone(), accepted.clone());
         let task = tokio::spawn(async move {
             loop {
@@ -91,25 +97,26 @@ impl Proxy {
     }
 
     /// Drops every proxied connection and refuses new ones until [`Proxy::restore`].
-    pub(super) fn cut(&self) {
+    pub fn cut(&self) {
         self.mode.store(CUT, Ordering::SeqCst);
         self.epoch.send_modify(|e| *e += 1);
     }
 
     /// Keeps every connection open but silent (a hung broker or a dead
     /// network path), until [`Proxy::restore`].
-    pub(super) fn freeze(&self) {
+    pub fn freeze(&self) {
         self.mode.store(FROZEN, Ordering::SeqCst);
         self.epoch.send_modify(|e| *e += 1);
     }
 
-    pub(super) fn restore(&self) {
+    pub fn restore(&self) {
         // Release the frozen sockets first, so that no new connection sees this change.
         self.epoch.send_modify(|e| *e += 1);
         self.mode.store(UP, Ordering::SeqCst);
     }
 
-    pub(super) fn accepted(&self) -> usize {
+    #[allow(dead_code)]
+    pub fn accepted(&self) -> usize {
         self.accepted.load(Ordering::SeqCst)
     }
 }
