@@ -56,6 +56,7 @@
 pub mod agent;
 pub mod bus_link;
 pub mod config;
+pub mod core;
 pub mod evacuate;
 pub mod heat;
 pub mod metrics;
