@@ -43,13 +43,13 @@ const HOUSEKEEPING: Duration = Duration::from_secs(60);
 /// The core task.
 pub(crate) struct Driver {
     shared: Arc<Shared>,
-    core: NodeCore,
+    pub(super) core: NodeCore,
     journal: JournalFiles,
     tx: mpsc::Sender<ToCore>,
     rx: mpsc::Receiver<ToCore>,
     deliveries: HashMap<u64, Delivery>,
     next_tag: u64,
-    mover: Mover,
+    pub(super) mover: Mover,
     confirms: FuturesUnordered<BoxFuture<'static, (Confirm, bool)>>,
     published: Option<View>,
 }

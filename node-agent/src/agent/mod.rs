@@ -18,6 +18,8 @@ mod intake;
 pub mod outbox;
 mod report;
 mod shared;
+#[cfg(test)]
+mod tests;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
