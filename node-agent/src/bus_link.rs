@@ -19,6 +19,7 @@ use gearshift_bus::{
 };
 use tokio::sync::{broadcast, watch};
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 /// A bus that connects in the background.
 pub struct LazyBus {
@@ -42,6 +43,17 @@ impl LazyBus {
     /// A bus for `url` that starts connecting in the background at its first
     /// operation (until `token` is cancelled).
     pub fn spawn(url: String, opts: ConnectOptions, token: CancellationToken) -> SharedBus {
+        Self::spawn_on(url, opts, token, &TaskTracker::new())
+    }
+
+    /// Like [`LazyBus::spawn`], its connecting task on `tracker` (the
+    /// process's tracker, so that the bootstrap waits for it at exit).
+    pub fn spawn_on(
+        url: String,
+        opts: ConnectOptions,
+        token: CancellationToken,
+        tracker: &TaskTracker,
+    ) -> SharedBus {
         let (tx, rx) = watch::channel(None);
         let (events, _) = broadcast::channel(64);
         let transport = match gearshift_bus::BusUrl::parse(&url) {
@@ -56,7 +68,7 @@ impl LazyBus {
         let t = stop.clone();
         let start = Arc::new(tokio::sync::Notify::new());
         let started = start.clone();
-        tokio::spawn(async move {
+        tracker.spawn(async move {
             tokio::select! {
                 _ = started.notified() => {}
                 _ = t.cancelled() => return,

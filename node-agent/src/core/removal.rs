@@ -9,7 +9,7 @@ use crate::heat::{SignalError, SignalOutcome, is_idempotent};
 
 impl NodeCore {
     /// Whether the current command was accepted by an earlier process.
-    fn from_earlier_boot(&self, cx: Cx<'_>) -> bool {
+    fn accepted_before_restart(&self, cx: Cx<'_>) -> bool {
         self.current
             .as_deref()
             .and_then(|c| c.entry.as_ref())
@@ -70,7 +70,7 @@ impl NodeCore {
             }
         }
         let action = cx.config.remove_action;
-        if self.from_earlier_boot(cx) && action.is_some_and(|a| !is_idempotent(a)) {
+        if self.accepted_before_restart(cx) && action.is_some_and(|a| !is_idempotent(a)) {
             return self.fail(
                 "the agent restarted while this removal's Heat signal was in flight; it is not sent again \
                  (it could scale twice): check the stack, then send a new cmd.remove",
@@ -146,7 +146,7 @@ impl NodeCore {
         reason: &str,
         out: &mut Vec<Action>,
     ) {
-        if self.from_earlier_boot(cx) && !is_idempotent(action) {
+        if self.accepted_before_restart(cx) && !is_idempotent(action) {
             return self.fail(
                 "the agent restarted while this Heat signal was in flight; it is not sent again \
                  (it could scale twice): check the stack, then send a new command",

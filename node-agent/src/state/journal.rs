@@ -18,6 +18,10 @@
 //! default), so every id still inside the window is remembered. The
 //! journal is bounded: past its capacity the oldest finished entries go
 //! first, as in [`gearshift_proto::ReplayGuard`].
+//!
+//! [`Journal`] is the entries in memory and every decision on them (the node
+//! core owns it); [`JournalFiles`] reads and writes the directory, one file
+//! per entry, for whoever carries out the core's actions.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

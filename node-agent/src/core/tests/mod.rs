@@ -334,3 +334,11 @@ pub(super) fn has_ack(actions: &[Action]) -> bool {
 pub(super) fn pos(actions: &[Action], f: impl Fn(&Action) -> bool) -> Option<usize> {
     actions.iter().position(f)
 }
+
+#[test]
+fn an_idle_core_is_a_few_words() {
+    // The simulator holds one per lite node, a hundred thousand of them.
+    let size = std::mem::size_of::<NodeCore>();
+    println!("NodeCore: {size} bytes");
+    assert!(size <= 160, "{size} bytes");
+}
