@@ -26,7 +26,7 @@
 //!
 //! ## Layout
 //! - this file: the inputs, actions and configuration, and the dispatch;
-//! - [`command`](self): intake (refusals, the journal's new / running /
+//! - `command`: intake (refusals, the journal's new / running /
 //!   done-redelivered / replayed decision), pings and inventory;
 //! - `activation`: `cmd.deactivate` and `cmd.activate`;
 //! - `evacuation`: `cmd.evacuate`, the per-gear scheduling and checkpoints,
