@@ -6,7 +6,7 @@
 //! [`gearshift_proto::Gate`] with the node's expectations, then one
 //! [`gearshift_node::core::NodeCore`] per node (the same decisions, journal
 //! and evacuation bookkeeping as a node agent), whose actions a cheap
-//! in-memory "runtime" carries out ([`commands`]): moves cost nothing (a gear
+//! in-memory "runtime" carries out (`commands`): moves cost nothing (a gear
 //! leaves the victim and joins its target in the same step), nothing is
 //! written to disk. What a lite node does not have is what costs memory and
 //! time in a real one: a process, a state directory, a gear runtime, its own

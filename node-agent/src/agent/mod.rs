@@ -3,11 +3,11 @@
 //!
 //! Tasks of a running agent (all stop with the token; all spawned on the
 //! agent's [`TaskTracker`]):
-//! - the **core task** ([`driver`]): owns the node's [`NodeCore`], carries
+//! - the **core task** (`driver`): owns the node's [`NodeCore`], carries
 //!   out its actions (journal, state file, checkpoints, moves, events, acks);
-//! - the **command consumer** and the **ping responder** ([`intake`]): take
+//! - the **command consumer** and the **ping responder** (`intake`): take
 //!   deliveries, run the [`gearshift_proto::Gate`] and hand them to the core task;
-//! - the **reporter** ([`report`]): scans the runtime, reports periodically
+//! - the **reporter** (`report`): scans the runtime, reports periodically
 //!   and at once on every change;
 //! - the **moves** of an evacuation, one task per gear in flight;
 //! - the **outbox publisher** ([`outbox`]), which keeps events while the bus is away;
