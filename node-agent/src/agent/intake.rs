@@ -7,7 +7,9 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use chrono::Utc;
-use gearshift_bus::{BusEvent, ConsumeOptions, QueueSpec};
+use std::future::Future;
+
+use gearshift_bus::{BusError, BusEvent, ConsumeOptions, Delivery, QueueSpec, Subscription};
 use gearshift_proto::msg::Kind;
 use gearshift_proto::{Envelope, Expect, Gate, Refusal, TimePolicy, routing};
 use gearshift_service::refusals::RefusalLog;
@@ -73,18 +75,55 @@ pub(crate) async fn command_loop(
     stop: CancellationToken,
 ) {
     let spec = QueueSpec::node_commands(&sh.name);
-    let prefetch = sh.limits.prefetch;
+    let opts = ConsumeOptions {
+        prefetch: sh.limits.prefetch,
+    };
+    let subscribe = || sh.bus.consume(&spec, opts);
+    forward(&sh, &tx, &stop, "commands", subscribe, |d| {
+        let admitted = admit(&sh, &d.payload, COMMANDS);
+        ToCore::Command(d, admitted)
+    })
+    .await
+}
+
+/// Takes broadcast pings until `stop`.
+pub(crate) async fn ping_loop(sh: Arc<Shared>, tx: mpsc::Sender<ToCore>, stop: CancellationToken) {
+    let subscribe = || sh.bus.subscribe(routing::PING);
+    forward(&sh, &tx, &stop, "pings", subscribe, |d| {
+        let admitted = admit(&sh, &d.payload, PINGS);
+        let reply = Reply {
+            queue: d.reply_to.clone(),
+            correlation_id: d.correlation_id.clone(),
+        };
+        ToCore::Ping(reply, admitted)
+    })
+    .await
+}
+
+/// Subscribes with `subscribe` and hands every delivery, as `to_core`
+/// makes it, to the core task until `stop`; subscribes again with backoff
+/// whenever the subscription fails or ends.
+async fn forward<S>(
+    sh: &Shared,
+    tx: &mpsc::Sender<ToCore>,
+    stop: &CancellationToken,
+    what: &str,
+    subscribe: impl Fn() -> S,
+    to_core: impl Fn(Delivery) -> ToCore,
+) where
+    S: Future<Output = Result<Subscription, BusError>>,
+{
     let mut attempt = 0u32;
     loop {
         let sub = tokio::select! {
-            r = sh.bus.consume(&spec, ConsumeOptions { prefetch }) => r,
+            r = subscribe() => r,
             _ = stop.cancelled() => return,
         };
         match sub {
             Ok(mut sub) => {
                 attempt = 0;
                 sh.bus_connected.store(true, Ordering::SeqCst);
-                tracing::info!(queue = %spec.name, "consuming commands");
+                tracing::info!(what, "subscribed");
                 loop {
                     let d = tokio::select! {
                         d = sub.next() => match d {
@@ -93,67 +132,20 @@ pub(crate) async fn command_loop(
                         },
                         _ = stop.cancelled() => return,
                     };
-                    let admitted = admit(&sh, &d.payload, COMMANDS);
-                    if tx.send(ToCore::Command(d, admitted)).await.is_err() {
+                    if tx.send(to_core(d)).await.is_err() {
                         return;
                     }
                 }
-                tracing::warn!(queue = %spec.name, "command subscription ended; subscribing again");
+                tracing::warn!(what, "subscription ended; subscribing again");
             }
-            Err(e) => {
-                tracing::warn!(queue = %spec.name, error = %e, "cannot consume commands; retrying");
-            }
+            Err(e) => tracing::warn!(what, error = %e, "cannot subscribe; retrying"),
         }
-        if !pause(&sh, &mut attempt, &stop).await {
-            return;
-        }
-    }
-}
-
-/// Takes broadcast pings until `stop`.
-pub(crate) async fn ping_loop(sh: Arc<Shared>, tx: mpsc::Sender<ToCore>, stop: CancellationToken) {
-    let mut attempt = 0u32;
-    loop {
-        let sub = tokio::select! {
-            r = sh.bus.subscribe(routing::PING) => r,
+        let delay = gearshift_bus::backoff(attempt, sh.limits.retry_min, sh.limits.retry_max);
+        attempt = attempt.saturating_add(1);
+        tokio::select! {
+            _ = tokio::time::sleep(delay) => {}
             _ = stop.cancelled() => return,
-        };
-        match sub {
-            Ok(mut sub) => {
-                attempt = 0;
-                loop {
-                    let d = tokio::select! {
-                        d = sub.next() => match d {
-                            Some(d) => d,
-                            None => break,
-                        },
-                        _ = stop.cancelled() => return,
-                    };
-                    let admitted = admit(&sh, &d.payload, PINGS);
-                    let reply = Reply {
-                        queue: d.reply_to.clone(),
-                        correlation_id: d.correlation_id.clone(),
-                    };
-                    if tx.send(ToCore::Ping(reply, admitted)).await.is_err() {
-                        return;
-                    }
-                }
-            }
-            Err(e) => tracing::warn!(error = %e, "cannot subscribe to pings; retrying"),
         }
-        if !pause(&sh, &mut attempt, &stop).await {
-            return;
-        }
-    }
-}
-
-/// Waits before subscribing again; false when stopped meanwhile.
-async fn pause(sh: &Shared, attempt: &mut u32, stop: &CancellationToken) -> bool {
-    let delay = gearshift_bus::backoff(*attempt, sh.limits.retry_min, sh.limits.retry_max);
-    *attempt = attempt.saturating_add(1);
-    tokio::select! {
-        _ = tokio::time::sleep(delay) => true,
-        _ = stop.cancelled() => false,
     }
 }
 

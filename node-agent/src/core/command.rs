@@ -3,29 +3,13 @@
 
 use chrono::{DateTime, Utc};
 use gearshift_proto::msg::{CommandResult, Kind, Message, Pong, Refused};
-use gearshift_proto::{AuthError, Envelope, Refusal, ReplayGuard, Step, TimePolicy};
+use gearshift_proto::{AuthError, Envelope, Refusal, ReplayGuard, TimePolicy};
 
 use super::{
     Action, Command, Current, Cx, NodeCore, Reply, Scan, ScanError, Tag, Wait, done, event, failed,
     outcome, stored,
 };
 use crate::state::journal::{EntryStatus, JournalEntry, Seen};
-
-/// A refusal by the core's own checks (time, replay) of an admitted envelope.
-fn refusal(env: &Envelope, e: &AuthError) -> Refusal {
-    let step = match e {
-        AuthError::Expired(_) | AuthError::Stale { .. } => Step::Time,
-        _ => Step::Auth,
-    };
-    Refusal {
-        step,
-        ..Refusal::of(
-            env,
-            e.reason_label(),
-            format!("{} from {}: {e}", env.kind(), env.from),
-        )
-    }
-}
 
 impl NodeCore {
     pub(super) fn on_command(
@@ -68,7 +52,7 @@ impl NodeCore {
         match self.journal.seen(&env.id) {
             Seen::New => {
                 if let Err(e) = TimePolicy::check(&policy(cx), &env, now) {
-                    return refuse(refusal(&env, &e), c.tag, out);
+                    return refuse(Refusal::auth(&env, &e), c.tag, out);
                 }
                 let entry = JournalEntry {
                     id: env.id,
@@ -103,7 +87,7 @@ impl NodeCore {
             Seen::FinishedAcked if c.redelivered => republish(&env, c.tag, entry, out),
             Seen::FinishedAcked => {
                 let e = AuthError::Replayed(env.id.to_string());
-                refuse(refusal(&env, &e), c.tag, out)
+                refuse(Refusal::auth(&env, &e), c.tag, out)
             }
         }
     }
@@ -119,7 +103,7 @@ impl NodeCore {
         out: &mut Vec<Action>,
     ) {
         if let Err(e) = self.check_fresh(cx, &env, now) {
-            return refuse(refusal(&env, &e), tag, out);
+            return refuse(Refusal::auth(&env, &e), tag, out);
         }
         if matches!(env.msg, Message::Ping(_)) {
             out.push(self.pong(cx, &env, reply, now));
@@ -185,7 +169,7 @@ impl NodeCore {
     ) {
         let checked = admitted.and_then(|env| match self.check_fresh(cx, &env, now) {
             Ok(()) => Ok(env),
-            Err(e) => Err(refusal(&env, &e)),
+            Err(e) => Err(Refusal::auth(&env, &e)),
         });
         match checked {
             Ok(env) => out.push(self.pong(cx, &env, reply, now)),

@@ -75,6 +75,17 @@ pub(super) fn hash_file(
     cancel: &CancellationToken,
 ) -> Result<(u64, String), RuntimeError> {
     let mut f = File::open(path).map_err(|e| io(path, e))?;
+    read_hashing(&mut f, path, cancel, |_| Ok(()))
+}
+
+/// Reads `r` (the file at `path`) to its end in chunks, hashing them and
+/// handing each to `each`; stops at a cancellation. (size, SHA-256 hex)
+fn read_hashing(
+    r: &mut File,
+    path: &Path,
+    cancel: &CancellationToken,
+    mut each: impl FnMut(&[u8]) -> Result<(), RuntimeError>,
+) -> Result<(u64, String), RuntimeError> {
     let mut h = Sha256::new();
     let mut buf = vec![0u8; CHUNK];
     let mut size = 0u64;
@@ -82,11 +93,12 @@ pub(super) fn hash_file(
         if cancel.is_cancelled() {
             return Err(RuntimeError::Interrupted);
         }
-        let n = f.read(&mut buf).map_err(|e| io(path, e))?;
+        let n = r.read(&mut buf).map_err(|e| io(path, e))?;
         if n == 0 {
             break;
         }
         h.update(&buf[..n]);
+        each(&buf[..n])?;
         size += n as u64;
     }
     Ok((size, hex::encode(h.finalize())))
@@ -192,26 +204,15 @@ pub(super) fn copy_file(
         .create_new(true)
         .open(to)
         .map_err(|e| io(to, e))?;
-    let mut h = Sha256::new();
-    let mut buf = vec![0u8; CHUNK];
-    let mut size = 0u64;
-    loop {
-        if cancel.is_cancelled() {
-            return Err(RuntimeError::Interrupted);
-        }
-        let n = r.read(&mut buf).map_err(|e| io(from, e))?;
-        if n == 0 {
-            break;
-        }
-        h.update(&buf[..n]);
-        w.write_all(&buf[..n]).map_err(|e| io(to, e))?;
-        size += n as u64;
-        throttle.account(n);
-    }
+    let (size, sha256) = read_hashing(&mut r, from, cancel, |chunk| {
+        w.write_all(chunk).map_err(|e| io(to, e))?;
+        throttle.account(chunk.len());
+        Ok(())
+    })?;
     w.set_permissions(fs::Permissions::from_mode(meta.permissions().mode()))
         .map_err(|e| io(to, e))?;
     w.sync_all().map_err(|e| io(to, e))?;
-    Ok((size, hex::encode(h.finalize())))
+    Ok((size, sha256))
 }
 
 /// fsyncs every directory below (and including) `root`, deepest first.

@@ -209,9 +209,7 @@ impl GearRuntime for DirRuntime {
 
     async fn inventory(&self) -> Result<Inventory, RuntimeError> {
         let me = self.clone();
-        tokio::task::spawn_blocking(move || me.scan())
-            .await
-            .map_err(|e| io(&self.root, e))?
+        super::blocking(&self.root, move || me.scan()).await
     }
 
     async fn move_gear(
@@ -222,8 +220,9 @@ impl GearRuntime for DirRuntime {
     ) -> Result<MoveOutcome, RuntimeError> {
         let me = self.clone();
         let (gear, target, cancel) = (gear.to_string(), target.to_string(), ctx.cancel.clone());
-        tokio::task::spawn_blocking(move || me.move_blocking(&gear, &target, &cancel))
-            .await
-            .map_err(|e| io(&self.root, e))?
+        super::blocking(&self.root, move || {
+            me.move_blocking(&gear, &target, &cancel)
+        })
+        .await
     }
 }
