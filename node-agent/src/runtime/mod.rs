@@ -265,6 +265,20 @@ pub fn parse_meminfo(text: &str) -> Option<MemInfo> {
     })
 }
 
+/// Runs blocking file work of a runtime off the async threads; a task that
+/// died is an I/O error at `path`.
+pub(crate) async fn blocking<T: Send + 'static>(
+    path: &std::path::Path,
+    f: impl FnOnce() -> Result<T, RuntimeError> + Send + 'static,
+) -> Result<T, RuntimeError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| RuntimeError::Io {
+            path: path.to_path_buf(),
+            reason: e.to_string(),
+        })?
+}
+
 /// Checks that a gear id is safe to use as a file name and a command argument.
 pub fn check_gear_id(gear: &str) -> Result<(), RuntimeError> {
     let bad = |reason: &str| RuntimeError::InvalidName {
