@@ -60,6 +60,9 @@ pub struct BrokerConfig {
     /// Pull mode: fleet figures pushed for Heat/Aodh alarms (disabled by default).
     #[serde(default)]
     pub push_stats: gearshift_pushstats::PushStatsConfig,
+    /// The durable history of decisions, saga steps and explanations.
+    #[serde(default)]
+    pub history: crate::history::HistoryConfig,
 }
 
 /// Handler settings, as the handlers crate defines them (`type = "exec"`, ...).
@@ -549,6 +552,7 @@ fn unreachable_defaults() -> BrokerConfig {
         handlers: BTreeMap::new(),
         placement: Default::default(),
         push_stats: Default::default(),
+        history: Default::default(),
     }
 }
 
@@ -581,6 +585,7 @@ fn check_min(key: &str, d: Duration, min: Duration) -> Result<(), Invalid> {
 impl Validate for BrokerConfig {
     fn validate(&self) -> Result<(), Invalid> {
         self.push_stats.validate()?;
+        self.history.validate()?;
         gearshift_service::logging::check_level(&self.log.level)
             .map_err(|e| Invalid::new("log.level", e))?;
         let name = &self.agent.name;

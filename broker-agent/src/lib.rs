@@ -17,6 +17,8 @@
 //! - [`policy`]: the read-only evaluation of every node group,
 //!   `evaluate(facts, config, memory, now) -> verdicts`; the coordinator
 //!   applies the verdicts.
+//! - [`history`]: the durable, rotating JSON-lines history of decisions,
+//!   saga steps, changed explanations and operator requests.
 //! - [`ops`]: the journaled records (operations, group state) and their
 //!   on-disk format; [`journal`]: the durable journal (redb).
 //! - [`planner`]: the evacuation planner interface.
@@ -33,6 +35,7 @@ pub mod config;
 pub mod core;
 pub mod dashboard;
 pub mod fleet;
+pub mod history;
 pub mod journal;
 pub mod metrics;
 pub mod ops;

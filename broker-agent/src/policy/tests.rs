@@ -402,6 +402,7 @@ fn evaluation_reads_and_changes_nothing() {
     let memory = Memory {
         groups: h.core.group_states(),
         breaker_open: false,
+        fleet_pause: None,
     };
     let cfg = h.core.config().clone();
     let v = evaluate(&h.core.facts(), &cfg, &memory, h.now);
@@ -432,6 +433,7 @@ fn verdicts_carry_the_stabilization_memory_and_the_drain() {
     let memory = Memory {
         groups: h.core.group_states(),
         breaker_open: false,
+        fleet_pause: None,
     };
     let cfg = h.core.config().clone();
     let v = evaluate(&h.core.facts(), &cfg, &memory, h.now);
@@ -446,6 +448,7 @@ fn verdicts_carry_the_stabilization_memory_and_the_drain() {
     let memory = Memory {
         groups: h.core.group_states(),
         breaker_open: false,
+        fleet_pause: None,
     };
     let v = evaluate(&h.core.facts(), &cfg, &memory, h.now);
     let drain = v.groups[0].drain.as_ref().unwrap();

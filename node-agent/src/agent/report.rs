@@ -235,6 +235,7 @@ impl Inner {
             mem_free_mb: mem.free_mb,
             mem_total_mb: mem.total_mb,
             started_at: self.started_at,
+            booted_at: self.runtime.booted_at().await,
             booted_for: s.booted_for.clone(),
             do_not_disrupt: s.do_not_disrupt,
             pinned_gears: inv.pinned(),
