@@ -189,14 +189,22 @@ impl<'a> Facts<'a> {
         room.saturating_sub(pending.unplanned)
     }
 
-    /// The group once `victim` is empty and gone: its active gears took
-    /// their slots on the targets.
+    /// The group once `victim` is empty and gone: its active gears (and
+    /// those other drains are still sending it) took their slots on the
+    /// targets.
     pub fn after_drain(&self, g: &GroupKey, victim: &NodeEntry, now: DateTime<Utc>) -> AfterDrain {
-        let room = self.room_without(g, &victim.report.node, now);
+        let node = victim.report.node.as_str();
+        let room = self.room_without(g, node, now);
+        let incoming = self
+            .pending(g, "")
+            .per_target
+            .get(node)
+            .copied()
+            .unwrap_or(0);
         AfterDrain {
             room,
-            need: victim.total_gears(),
-            available: room.saturating_sub(victim.active_gears()),
+            need: victim.total_gears() + incoming,
+            available: room.saturating_sub(victim.active_gears() + incoming),
         }
     }
 }

@@ -3,6 +3,8 @@
 
 use crate::core::testkit::*;
 
+mod arithmetic;
+
 #[test]
 fn profile_threshold_scales_up_the_district_with_most_free_uids() {
     let mut h = H::new(cfg_with(|_| {}));
