@@ -331,7 +331,8 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             for_,
             until,
         } => {
-            let req = cli::controls::pause(group.as_deref(), &reason, for_, until, chrono::Utc::now())?;
+            let req =
+                cli::controls::pause(group.as_deref(), &reason, for_, until, chrono::Utc::now())?;
             admin(&op, req).await
         }
         Cmd::Resume { op, group } => admin(&op, cli::controls::resume(group.as_deref())?).await,
@@ -348,8 +349,13 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             group,
             json,
         } => {
-            let lines =
-                cli::controls::history_of(&config, state_dir.as_deref(), since, group.as_deref(), json)?;
+            let lines = cli::controls::history_of(
+                &config,
+                state_dir.as_deref(),
+                since,
+                group.as_deref(),
+                json,
+            )?;
             for l in lines {
                 println!("{l}");
             }

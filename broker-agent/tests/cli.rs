@@ -118,7 +118,11 @@ fn history_reads_the_state_directory_without_the_bus() {
             .args(args)
             .output()
             .unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         String::from_utf8(out.stdout).unwrap()
     };
     let day = run(&[]);
@@ -126,6 +130,9 @@ fn history_reads_the_state_directory_without_the_bus() {
     assert!(day.contains("saga op-1 scale_down d1/small node=n1: evacuating -> confirming_empty"));
     let d2 = run(&["--group", "d2/small", "--json"]);
     let v: serde_json::Value = serde_json::from_str(d2.trim()).unwrap();
-    assert_eq!((v["type"].as_str(), v["op"].as_str()), (Some("saga"), Some("op-2")));
+    assert_eq!(
+        (v["type"].as_str(), v["op"].as_str()),
+        (Some("saga"), Some("op-2"))
+    );
     assert_eq!(run(&["--since", "48h"]).lines().count(), 3);
 }

@@ -75,7 +75,9 @@ async fn status_until(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pause_cordon_and_activate_through_the_bus_reach_status_commands_and_history() {
     let url = format!("memory://operators-{}", uuid::Uuid::new_v4().simple());
-    let bus = gearshift_bus::connect(&url, Default::default()).await.unwrap();
+    let bus = gearshift_bus::connect(&url, Default::default())
+        .await
+        .unwrap();
     let (broker, node, operator) = (
         KeyPair::generate().unwrap(),
         KeyPair::generate().unwrap(),
@@ -118,9 +120,20 @@ async fn pause_cordon_and_activate_through_the_bus_reach_status_commands_and_his
                 .unwrap()
         }
     };
-    let pause = cli::controls::pause(Some("d1/small"), "kernel upgrade", Some(Duration::from_secs(3600)), None, chrono::Utc::now()).unwrap();
+    let pause = cli::controls::pause(
+        Some("d1/small"),
+        "kernel upgrade",
+        Some(Duration::from_secs(3600)),
+        None,
+        chrono::Utc::now(),
+    )
+    .unwrap();
     let r = ask(pause).await;
-    assert!(r.ok && r.message.contains("paused by alice until"), "{}", r.message);
+    assert!(
+        r.ok && r.message.contains("paused by alice until"),
+        "{}",
+        r.message
+    );
     // Paused before anything reports: n1, busy enough to want a node, and
     // n2, left inactive by an earlier drain.
     // n1 busy enough to want a node; n2 left inactive by an earlier drain.
@@ -132,8 +145,7 @@ async fn pause_cordon_and_activate_through_the_bus_reach_status_commands_and_his
     let r = ask(cli::controls::cordon("n1", true, "disk swap")).await;
     assert!(r.ok, "{}", r.message);
     let s = status_until(&mut status, "d1/small paused and n1 cordoned", |s| {
-        s.groups.iter().any(|g| g.paused.is_some())
-            && s.nodes.iter().any(|n| n.cordoned.is_some())
+        s.groups.iter().any(|g| g.paused.is_some()) && s.nodes.iter().any(|n| n.cordoned.is_some())
     })
     .await;
     assert!(s.render().contains("n1 cordoned by alice: disk swap"));
@@ -141,7 +153,9 @@ async fn pause_cordon_and_activate_through_the_bus_reach_status_commands_and_his
     let explained = tokio::time::timeout(WAIT, async {
         loop {
             match observed.recv().await {
-                Ok(Observed::Explanation(x)) if x.summary.starts_with("paused by alice") => return x,
+                Ok(Observed::Explanation(x)) if x.summary.starts_with("paused by alice") => {
+                    return x;
+                }
                 Ok(Observed::Decision(d)) => panic!("a paused group decided {d:?}"),
                 Ok(_) => {}
                 Err(e) => panic!("{e}"),
@@ -150,20 +164,48 @@ async fn pause_cordon_and_activate_through_the_bus_reach_status_commands_and_his
     })
     .await
     .expect("an explanation of the paused group");
-    assert!(explained.reasons.iter().any(|r| r.rule == "paused" && !r.ok));
+    assert!(
+        explained
+            .reasons
+            .iter()
+            .any(|r| r.rule == "paused" && !r.ok)
+    );
     // activate: a signed cmd.activate reaches n2.
     let r = ask(cli::controls::activate("n2")).await;
-    assert!(r.ok && r.message.contains("cmd.activate sent to n2"), "{}", r.message);
-    let d = tokio::time::timeout(WAIT, cmds.next()).await.unwrap().unwrap();
+    assert!(
+        r.ok && r.message.contains("cmd.activate sent to n2"),
+        "{}",
+        r.message
+    );
+    let d = tokio::time::timeout(WAIT, cmds.next())
+        .await
+        .unwrap()
+        .unwrap();
     let e = Envelope::decode(&d.payload).unwrap().envelope;
     assert!(matches!(e.msg, Message::Activate(_)), "{e:?}");
     // Refusals come back as such.
     let r = ask(cli::controls::resume(None).unwrap()).await;
-    assert_eq!((r.ok, r.message.as_str()), (false, "the fleet is not paused"));
+    assert_eq!(
+        (r.ok, r.message.as_str()),
+        (false, "the fleet is not paused")
+    );
     // The status over the bus carries the controls too.
-    let remote = cli::admin_on(&bus, &keys, "alice", &key, gearshift_proto::msg::AdminRequest::Status, Duration::from_secs(10)).await.unwrap();
+    let remote = cli::admin_on(
+        &bus,
+        &keys,
+        "alice",
+        &key,
+        gearshift_proto::msg::AdminRequest::Status,
+        Duration::from_secs(10),
+    )
+    .await
+    .unwrap();
     let remote: Status = serde_json::from_value(remote.data).unwrap();
-    assert!(remote.groups.iter().any(|g| g.paused.as_deref().is_some_and(|p| p.contains("kernel upgrade"))));
+    assert!(remote.groups.iter().any(|g| {
+        g.paused
+            .as_deref()
+            .is_some_and(|p| p.contains("kernel upgrade"))
+    }));
 
     token.cancel();
     run.await.unwrap().unwrap();
@@ -177,5 +219,7 @@ async fn pause_cordon_and_activate_through_the_bus_reach_status_commands_and_his
         })
         .collect();
     assert_eq!(by_alice, vec![true, true, true, false], "{records:?}");
-    assert!(records.iter().any(|r| matches!(&r.event, Event::Explanation(x) if x.summary.starts_with("paused by alice"))));
+    assert!(records.iter().any(
+        |r| matches!(&r.event, Event::Explanation(x) if x.summary.starts_with("paused by alice"))
+    ));
 }

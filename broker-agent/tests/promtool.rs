@@ -10,7 +10,10 @@ fn the_alert_rules_pass_promtool() {
         env!("CARGO_MANIFEST_DIR"),
         "/../docs/prometheus/gearshift-alerts.yml"
     );
-    let out = match Command::new("promtool").args(["check", "rules", rules]).output() {
+    let out = match Command::new("promtool")
+        .args(["check", "rules", rules])
+        .output()
+    {
         Ok(out) => out,
         Err(e) => panic!(
             "promtool is not installed ({e}): run scripts/test-deps (it installs Debian's prometheus package)"

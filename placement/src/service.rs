@@ -350,7 +350,10 @@ mod tests {
         .unwrap();
         assert!(without_cordoned(&mut req, None).is_empty());
         let src: CordonSource = Arc::new(|| BTreeSet::from(["b".to_string()]));
-        assert_eq!(without_cordoned(&mut req, Some(&src)), vec!["b".to_string()]);
+        assert_eq!(
+            without_cordoned(&mut req, Some(&src)),
+            vec!["b".to_string()]
+        );
         assert_eq!(req.nodes.len(), 1);
         assert_eq!(req.nodes[0].name, "a");
     }

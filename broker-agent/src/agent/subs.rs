@@ -139,7 +139,11 @@ impl Agent {
                 fleet.nodes.read().map(|n| n.clone()).unwrap_or_default()
             })),
             cordoned: Some(Arc::new(move || {
-                cordons.cordoned.read().map(|c| c.clone()).unwrap_or_default()
+                cordons
+                    .cordoned
+                    .read()
+                    .map(|c| c.clone())
+                    .unwrap_or_default()
             })),
             ..Default::default()
         };

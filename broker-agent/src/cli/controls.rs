@@ -45,7 +45,9 @@ pub fn pause(
     let (district, profile) = scope(group)?;
     let until = match (for_, until) {
         (Some(_), Some(_)) => {
-            return Err(CliError::Usage("--for and --until exclude each other".into()));
+            return Err(CliError::Usage(
+                "--for and --until exclude each other".into(),
+            ));
         }
         (Some(d), None) => Some(now + crate::core::dur(d)),
         (None, u) => u,
@@ -103,7 +105,10 @@ pub fn history(
         limit: None,
     };
     let records = history::read(state_dir, &filter).map_err(|e| {
-        CliError::Usage(format!("cannot read the history in {}: {e}", state_dir.display()))
+        CliError::Usage(format!(
+            "cannot read the history in {}: {e}",
+            state_dir.display()
+        ))
     })?;
     Ok(records
         .iter()
@@ -128,10 +133,12 @@ pub fn history_of(
 ) -> Result<Vec<String>, CliError> {
     let dir = match state_dir {
         Some(d) => d.to_path_buf(),
-        None => crate::config::load(config)
-            .map_err(|e| CliError::Usage(e.to_string()))?
-            .agent
-            .state_dir,
+        None => {
+            crate::config::load(config)
+                .map_err(|e| CliError::Usage(e.to_string()))?
+                .agent
+                .state_dir
+        }
     };
     history(&dir, since, group, json, Utc::now())
 }
@@ -147,7 +154,14 @@ mod tests {
 
     #[test]
     fn requests_are_built_from_the_arguments() {
-        let p = pause(Some("d1/small"), "upgrade", Some(Duration::from_secs(3600)), None, t0()).unwrap();
+        let p = pause(
+            Some("d1/small"),
+            "upgrade",
+            Some(Duration::from_secs(3600)),
+            None,
+            t0(),
+        )
+        .unwrap();
         assert_eq!(
             p,
             AdminRequest::Pause {
@@ -157,12 +171,31 @@ mod tests {
                 until: Some(t0() + chrono::Duration::hours(1)),
             }
         );
-        assert!(matches!(pause(None, "", None, None, t0()), Ok(AdminRequest::Pause { district: None, until: None, .. })));
+        assert!(matches!(
+            pause(None, "", None, None, t0()),
+            Ok(AdminRequest::Pause {
+                district: None,
+                until: None,
+                ..
+            })
+        ));
         assert!(pause(Some("d1"), "", None, None, t0()).is_err());
         assert!(pause(None, "", Some(Duration::from_secs(1)), Some(t0()), t0()).is_err());
-        assert_eq!(resume(None).unwrap(), AdminRequest::Resume { district: None, profile: None });
-        assert!(matches!(drain("n", true), AdminRequest::Drain { keep: true, .. }));
-        assert!(matches!(cordon("n", false, ""), AdminRequest::Cordon { on: false, .. }));
+        assert_eq!(
+            resume(None).unwrap(),
+            AdminRequest::Resume {
+                district: None,
+                profile: None
+            }
+        );
+        assert!(matches!(
+            drain("n", true),
+            AdminRequest::Drain { keep: true, .. }
+        ));
+        assert!(matches!(
+            cordon("n", false, ""),
+            AdminRequest::Cordon { on: false, .. }
+        ));
         assert!(matches!(activate("n"), AdminRequest::Activate { .. }));
     }
 
@@ -188,8 +221,18 @@ mod tests {
         let now = Utc::now();
         let all = history(dir.path(), Duration::from_secs(86_400), None, false, now).unwrap();
         assert_eq!(all.len(), 2);
-        assert!(all[0].contains("saga op-0 scale_down d1/small node=n: (new) -> deactivating"), "{all:?}");
-        let d2 = history(dir.path(), Duration::from_secs(86_400), Some("d2/small"), true, now).unwrap();
+        assert!(
+            all[0].contains("saga op-0 scale_down d1/small node=n: (new) -> deactivating"),
+            "{all:?}"
+        );
+        let d2 = history(
+            dir.path(),
+            Duration::from_secs(86_400),
+            Some("d2/small"),
+            true,
+            now,
+        )
+        .unwrap();
         assert_eq!(d2.len(), 1);
         assert!(d2[0].starts_with("{\"at\":") && d2[0].contains("\"op\":\"op-1\""));
         let recent = history(dir.path(), Duration::from_secs(1800), None, false, now).unwrap();

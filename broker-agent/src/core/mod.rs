@@ -211,7 +211,12 @@ impl Core {
     }
 
     /// Records an operation's state change, if `before` differs (`None`: created).
-    pub(crate) fn note_step(&mut self, id: &OpId, before: Option<&'static str>, now: DateTime<Utc>) {
+    pub(crate) fn note_step(
+        &mut self,
+        id: &OpId,
+        before: Option<&'static str>,
+        now: DateTime<Utc>,
+    ) {
         let Some(op) = self.ops.get(id) else {
             return;
         };

@@ -170,7 +170,12 @@ impl Core {
 
     /// Forgets pauses that expired (before an evaluation).
     pub(crate) fn lift_expired_pauses(&mut self, now: DateTime<Utc>) {
-        if self.meta.fleet_pause.as_ref().is_some_and(|p| !p.holds(now)) {
+        if self
+            .meta
+            .fleet_pause
+            .as_ref()
+            .is_some_and(|p| !p.holds(now))
+        {
             tracing::info!("the fleet's pause expired");
             self.meta.fleet_pause = None;
             self.changes.meta = true;

@@ -79,7 +79,10 @@ pub fn render(r: &Record) -> String {
             d.district,
             d.profile,
             d.op.as_ref().map(|o| format!(" {o}")).unwrap_or_default(),
-            d.node.as_ref().map(|n| format!(" node={n}")).unwrap_or_default(),
+            d.node
+                .as_ref()
+                .map(|n| format!(" node={n}"))
+                .unwrap_or_default(),
             d.reason
         ),
         Event::Explanation(x) => format!(
@@ -92,7 +95,10 @@ pub fn render(r: &Record) -> String {
             s.kind,
             s.district,
             s.profile,
-            s.node.as_ref().map(|n| format!(" node={n}")).unwrap_or_default(),
+            s.node
+                .as_ref()
+                .map(|n| format!(" node={n}"))
+                .unwrap_or_default(),
             s.from.as_deref().unwrap_or("(new)"),
             s.to
         ),

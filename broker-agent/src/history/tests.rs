@@ -57,7 +57,10 @@ fn records_are_one_json_object_per_line_with_a_type() {
         }),
     };
     let line = serde_json::to_string(&r).unwrap();
-    assert!(line.starts_with(r#"{"at":"2023-11-14T22:13:20Z","type":"saga","op":"op-1""#), "{line}");
+    assert!(
+        line.starts_with(r#"{"at":"2023-11-14T22:13:20Z","type":"saga","op":"op-1""#),
+        "{line}"
+    );
     assert_eq!(serde_json::from_str::<Record>(&line).unwrap(), r);
     let d = decision("d1", 1);
     let back: Record = serde_json::from_str(&serde_json::to_string(&d).unwrap()).unwrap();
@@ -83,7 +86,9 @@ fn the_writer_rotates_by_size_and_keeps_n_files() {
         .collect();
     assert_eq!(names.len(), 3, "{names:?}");
     for n in 0..3 {
-        let len = std::fs::metadata(writer::path_of(dir.path(), n)).unwrap().len();
+        let len = std::fs::metadata(writer::path_of(dir.path(), n))
+            .unwrap()
+            .len();
         assert!(len <= 2_000, "file {n}: {len} bytes");
     }
     // Oldest first, the newest last, nothing lost within the kept files.
@@ -144,7 +149,11 @@ fn reading_filters_by_time_and_group_and_skips_torn_lines() {
     };
     let got = read(dir.path(), &recent).unwrap();
     assert_eq!(got, vec![decision("d2", 9), breaker]);
-    assert!(read(&dir.path().join("none"), &Filter::default()).unwrap().is_empty());
+    assert!(
+        read(&dir.path().join("none"), &Filter::default())
+            .unwrap()
+            .is_empty()
+    );
 }
 
 #[test]

@@ -337,12 +337,15 @@ impl Capacity {
         self.effective
             .get_or_create(&g)
             .set(i64::from(s.effective_available_gears));
-        self.missing.get_or_create(&g).set(i64::from(s.nodes_missing));
+        self.missing
+            .get_or_create(&g)
+            .set(i64::from(s.nodes_missing));
         self.breaker.get_or_create(&g).set(i64::from(breaker));
         self.paused.get_or_create(&g).set(i64::from(paused));
-        for (state, n) in NODE_STATES
-            .iter()
-            .zip([s.nodes_active, s.nodes_inactive, s.nodes_missing])
+        for (state, n) in
+            NODE_STATES
+                .iter()
+                .zip([s.nodes_active, s.nodes_inactive, s.nodes_missing])
         {
             let mut labels = g.clone();
             labels.push(("state".into(), (*state).into()));

@@ -64,10 +64,7 @@ fn the_alert_rules_use_metrics_that_exist() {
     let acts = h.eval();
     m.capacity(&h.core, &acts, h.now);
     m.decision("scale_up");
-    h.core
-        .group_mut(&g("d1", "small"))
-        .supply
-        .exhausted = None;
+    h.core.group_mut(&g("d1", "small")).supply.exhausted = None;
     m.refresh(&h.core);
     let text = scrape(&m);
     let mut used = 0;

@@ -42,9 +42,15 @@ impl Eval<'_> {
         let ps = self
             .facts
             .profile_stats_without(&key.profile, now, &self.removing);
-        let profile_after = usage(ps.gears_active, ps.available_active_gears.saturating_sub(lost));
+        let profile_after = usage(
+            ps.gears_active,
+            ps.available_active_gears.saturating_sub(lost),
+        );
         let profile_th = p.profile_threshold.get(&key.district, &key.profile);
-        let limits = [profile_th, p.district_threshold.get(&key.district, &key.profile)];
+        let limits = [
+            profile_th,
+            p.district_threshold.get(&key.district, &key.profile),
+        ];
         if let Some(lim) = limits.iter().flatten().min().copied() {
             let profile_ok = profile_th.is_none_or(|t| profile_after < f64::from(t));
             g.push(reason(

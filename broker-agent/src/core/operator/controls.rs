@@ -142,7 +142,10 @@ mod tests {
         };
         assert!(c.set("n1", Some(why.clone())));
         assert!(!c.set("n1", Some(why)));
-        assert_eq!(c.get("n1").unwrap().describe(), "cordoned by bob: no reason given");
+        assert_eq!(
+            c.get("n1").unwrap().describe(),
+            "cordoned by bob: no reason given"
+        );
         assert!(c.set("n1", None));
         assert!(!c.set("n1", None));
         assert!(!c.contains("n1"));

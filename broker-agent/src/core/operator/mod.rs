@@ -148,7 +148,9 @@ pub fn decide(
             let mut ev = evacuate(facts, &node, from, now)?;
             if keep {
                 ev.keep = true;
-                ev.reason = format!("operator {from} asked to drain {node} for maintenance (kept, not removed)");
+                ev.reason = format!(
+                    "operator {from} asked to drain {node} for maintenance (kept, not removed)"
+                );
             }
             Ok(Order::Evacuate(ev))
         }
@@ -187,7 +189,9 @@ pub fn decide(
             });
             Ok(Order::Cordon { node, cordon })
         }
-        AdminRequest::Activate { node } => activate(facts, &node).map(|()| Order::Activate { node }),
+        AdminRequest::Activate { node } => {
+            activate(facts, &node).map(|()| Order::Activate { node })
+        }
     }
 }
 

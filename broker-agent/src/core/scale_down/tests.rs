@@ -315,7 +315,10 @@ fn cancelled_and_failed_drains_set_the_scale_down_cooldown() {
     let (_, _, cmd, _) = sends(&a).pop().unwrap();
     done(&mut h, &op, cmd, "cmd.activate", CommandResult::Activated);
     let m = h.core.group_state(&g("d1", "small")).memory;
-    assert_eq!((m.last_failure, m.last_scale_down), (Some(h.now), Some(h.now)));
+    assert_eq!(
+        (m.last_failure, m.last_scale_down),
+        (Some(h.now), Some(h.now))
+    );
     // So the next evaluation does not drain again at once.
     refresh(&mut h, 60, QUIET);
     let a = h.eval();

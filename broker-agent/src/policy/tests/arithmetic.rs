@@ -52,9 +52,14 @@ fn absorb_counts_the_gears_other_drains_will_move() {
         h.node(n, "d1", active, 100);
     }
     let room_before = h.core.facts().room_without(&g("d1", "small"), "d", h.now);
-    let (op, _) = h
-        .core
-        .start_scale_down(&g("d1", "small"), "c", crate::ops::Origin::Operator { by: "t".into() }, "t".into(), false, h.now);
+    let (op, _) = h.core.start_scale_down(
+        &g("d1", "small"),
+        "c",
+        crate::ops::Origin::Operator { by: "t".into() },
+        "t".into(),
+        false,
+        h.now,
+    );
     let room = h.core.facts().room_without(&g("d1", "small"), "d", h.now);
     // c is no target any more (90 free slots), and its 10 gears, not placed
     // yet, take 10 slots somewhere.
@@ -77,9 +82,16 @@ fn absorb_counts_the_gears_other_drains_will_move() {
     assert!(matches!(sends(&a)[0].3, Message::Evacuate(_)), "{a:?}");
     assert_eq!(down(&h, &op).step, DownStep::Evacuating);
     let cands = h.core.candidates(&g("d1", "small"), "d", h.now);
-    let incoming: u32 = cands.iter().map(|c| c.gears_active.unwrap_or(0)).sum::<u32>() - 120;
+    let incoming: u32 = cands
+        .iter()
+        .map(|c| c.gears_active.unwrap_or(0))
+        .sum::<u32>()
+        - 120;
     assert_eq!(incoming, 10, "{cands:?}");
-    assert_eq!(h.core.facts().room_without(&g("d1", "small"), "d", h.now), room);
+    assert_eq!(
+        h.core.facts().room_without(&g("d1", "small"), "d", h.now),
+        room
+    );
 }
 
 #[test]
@@ -99,12 +111,18 @@ fn least_busy_minimises_the_moves_and_age_is_the_hosts() {
     let busy = rep("busy", "d1", "small", 400, 2, 0);
     let big = rep("big", "d1", "small", 400, 100, 0);
     let nodes = [lazy, busy, big];
-    assert_eq!(pick(VictimStrategy::LeastBusy, &nodes).as_deref(), Some("busy"));
+    assert_eq!(
+        pick(VictimStrategy::LeastBusy, &nodes).as_deref(),
+        Some("busy")
+    );
     // Ties on gears: fewer active gears first.
     let a = rep("a", "d1", "small", 100, 2, 3);
     let b = rep("b", "d1", "small", 100, 5, 0);
     let c = rep("c", "d1", "small", 100, 30, 0);
-    assert_eq!(pick(VictimStrategy::LeastBusy, &[a, b, c]).as_deref(), Some("a"));
+    assert_eq!(
+        pick(VictimStrategy::LeastBusy, &[a, b, c]).as_deref(),
+        Some("a")
+    );
     // oldest/newest: the host's boot time, not the agent's start.
     let mut old = rep("old", "d1", "small", 100, 5, 0);
     old.booted_at = Some(t0() - Duration::days(30));
@@ -123,13 +141,22 @@ fn least_busy_minimises_the_moves_and_age_is_the_hosts() {
 type Spec = (u32, u32, u32, bool, bool);
 
 fn node_spec() -> impl Strategy<Value = Spec> {
-    (5u32..60, 0u32..70, 0u32..15, prop::bool::weighted(0.85), prop::bool::weighted(0.1))
+    (
+        5u32..60,
+        0u32..70,
+        0u32..15,
+        prop::bool::weighted(0.85),
+        prop::bool::weighted(0.1),
+    )
 }
 
 /// The victim's gears as its inventory lists them.
 fn inventory(e: &crate::fleet::NodeEntry) -> Vec<GearInfo> {
     let mut out = vec![];
-    for (state, n) in [(GearState::Started, e.report.gears.started), (GearState::Idle, e.report.gears.idle)] {
+    for (state, n) in [
+        (GearState::Started, e.report.gears.started),
+        (GearState::Idle, e.report.gears.idle),
+    ] {
         for i in 0..n {
             out.push(GearInfo {
                 id: format!("{}-{state:?}-{i}", e.report.node),
