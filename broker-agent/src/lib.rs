@@ -23,9 +23,11 @@
 //!   on-disk format; [`journal`]: the durable journal (redb).
 //! - [`planner`]: the evacuation planner interface.
 //! - [`agent`]: the I/O driver: bus (through the signed-message gate),
-//!   timers, handlers, journal, one task tracker; [`status`] and
-//!   [`metrics`] what it shows; [`dashboard`] the web page on the metrics
-//!   listener.
+//!   timers, handlers, journal, history, one task tracker; [`status`] and
+//!   [`metrics`] what it shows (capacity gauges included); [`dashboard`] the
+//!   web page on the metrics listener.
+//! - [`cli`]: the operator commands as library functions (`status`, `watch`,
+//!   `ping`, the admin requests, `history`); `main.rs` only parses them.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 

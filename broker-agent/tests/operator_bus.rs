@@ -105,6 +105,8 @@ async fn pause_cordon_and_activate_through_the_bus_reach_status_commands_and_his
     let mut observed = agent.observe();
     let token = CancellationToken::new();
     let run = tokio::spawn(agent.run(token.clone()));
+    // Its first status comes from its loop, once it consumes its queues.
+    status_until(&mut status, "the agent runs", |s| s.at.is_some()).await;
     let mut brokers = Keyring::new();
     brokers.add(broker.public(), Role::Broker, "broker");
     let keys = OperatorKeys {

@@ -344,7 +344,8 @@ mod tests {
             "nodes": [{"name": "a", "node_consumed_capacity": 1.0, "active": true},
                       {"name": "b", "node_consumed_capacity": 1.0, "active": true}],
             "app": {"id": "x", "name": "x", "scalable": false, "ha": false},
-            "current_gears": [], "components": [], "user": {},
+            "current_gears": [], "components": [],
+            "user": {"id": "u", "login": "u", "consumed_gears": 0, "capabilities": {}, "plan_id": null},
             "request_time": "2026-11-22T10:00:00Z"
         }))
         .unwrap();

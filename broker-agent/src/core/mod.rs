@@ -13,8 +13,9 @@
 //! - [`scale_up`]: the scale-up operation's machine and state.
 //! - [`scale_down`]: the scale-down saga's machine and state.
 //! - [`exhaustion`]: backoff, quota failures and exhaustion per group.
-//! - [`operator`]: operator requests (evacuate, abort, do-not-disrupt,
-//!   status) and the do-not-disrupt marks.
+//! - [`operator`]: operator requests (evacuate, drain, abort,
+//!   do-not-disrupt, pause, resume, cordon, activate, status), the
+//!   do-not-disrupt marks, and in [`operator::controls`] pauses and cordons.
 //! - [`crate::policy`]: the read-only evaluation whose verdicts the
 //!   coordinator applies (`evaluate.rs`).
 //! - [`facts`]: the read-only view the policy and the machines share;
