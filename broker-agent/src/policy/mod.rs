@@ -282,6 +282,11 @@ impl Eval<'_> {
             .unwrap_or_default();
         if !plan.cancels.is_empty() {
             plan.up_wanted = true;
+            if plan.up_reason.is_empty()
+                && let Some(pp) = profile
+            {
+                plan.up_reason.push(pp.why.clone());
+            }
         }
         self.group_up(f, &mut plan);
         let remembered = self.memory.group(key).memory.underused_since;
