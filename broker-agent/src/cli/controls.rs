@@ -122,7 +122,7 @@ pub fn history(
         .collect())
 }
 
-/// [`history`] of the state directory `state_dir`, or else the one the
+/// [`history()`] of the state directory `state_dir`, or else the one the
 /// configuration file `config` names.
 pub fn history_of(
     config: &Path,
