@@ -82,6 +82,9 @@ pub struct BrokerConfig {
     /// Pull mode: fleet figures pushed for Heat/Aodh alarms (disabled by default).
     #[serde(default)]
     pub push_stats: gearshift_pushstats::PushStatsConfig,
+    /// The durable history of decisions, saga steps and explanations.
+    #[serde(default)]
+    pub history: crate::history::HistoryConfig,
 }
 
 /// Handler settings, as the handlers crate defines them (`type = "exec"`, ...).
@@ -182,6 +185,7 @@ impl BrokerConfig {
 impl Validate for BrokerConfig {
     fn validate(&self) -> Result<(), Invalid> {
         self.push_stats.validate()?;
+        self.history.validate()?;
         self.log.check()?;
         self.agent.check()?;
         self.bus.check()?;

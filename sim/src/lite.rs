@@ -319,6 +319,7 @@ impl LiteFleet {
                 mem_free_mb: 4096,
                 mem_total_mb: 8192,
                 started_at: Utc::now(),
+                booted_at: None,
                 booted_for: None,
                 do_not_disrupt: false,
                 pinned_gears: 0,

@@ -41,6 +41,7 @@ fn report() -> NodeReport {
         mem_free_mb: 3000,
         mem_total_mb: 8000,
         started_at: chrono::Utc::now(),
+        booted_at: None,
         booted_for: None,
         do_not_disrupt: false,
         pinned_gears: 0,

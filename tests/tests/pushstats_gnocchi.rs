@@ -56,6 +56,7 @@ fn report() -> NodeReport {
         mem_free_mb: 0,
         mem_total_mb: 0,
         started_at: chrono::Utc::now(),
+        booted_at: None,
         booted_for: None,
         do_not_disrupt: false,
         pinned_gears: 0,

@@ -174,6 +174,7 @@ impl Reporter {
             mem_free_mb: mem.free_mb,
             mem_total_mb: mem.total_mb,
             started_at: sh.started_at,
+            booted_at: sh.runtime.booted_at().await,
             booted_for: s.booted_for.clone(),
             do_not_disrupt: s.do_not_disrupt,
             pinned_gears: inv.pinned(),

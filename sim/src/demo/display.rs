@@ -89,7 +89,7 @@ fn symbol(k: DecisionKind) -> &'static str {
         DecisionKind::ScaleUp => "▲",
         DecisionKind::Joined => "+",
         DecisionKind::ScaleDown => "▼",
-        DecisionKind::Removed => "-",
+        DecisionKind::Removed | DecisionKind::Drained => "-",
         DecisionKind::Aborted | DecisionKind::DrainCancelled => "↺",
         DecisionKind::Exhausted | DecisionKind::BreakerOpen => "!",
         DecisionKind::HandlerFailed | DecisionKind::ProvisionTimeout => "✗",

@@ -1,6 +1,20 @@
 //! Prometheus metrics of the broker agent.
+//!
+//! Capacity gauges (per node group, and per profile with district `_all`):
+//! `usage_ratio`, `available_active_gears`, `effective_available_gears`,
+//! `group_nodes{state}`, `missing_nodes`, `breaker_open`, `paused`. They are
+//! set from each evaluation's explanations, which already carry every
+//! group's figures: no extra pass over the fleet. `docs/prometheus/` has
+//! alert rules written on them.
 
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
+
+use chrono::{DateTime, Utc};
+use gearshift_handlers::GroupKey;
+use gearshift_proto::msg::GroupStats;
+use gearshift_proto::routing::ALL;
 
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -36,7 +50,24 @@ pub struct Metrics {
     bus_reconnects: Counter,
     bus_connected: Gauge,
     nodes: Gauge,
+    capacity: Capacity,
 }
+
+/// The capacity gauges, and the label sets last set (to drop vanished groups).
+#[derive(Clone, Default)]
+struct Capacity {
+    usage: Family<Labels, Gauge<f64, AtomicU64>>,
+    available: Family<Labels, Gauge>,
+    effective: Family<Labels, Gauge>,
+    nodes: Family<Labels, Gauge>,
+    missing: Family<Labels, Gauge>,
+    breaker: Family<Labels, Gauge>,
+    paused: Family<Labels, Gauge>,
+    seen: Arc<Mutex<BTreeSet<(String, String)>>>,
+}
+
+/// The states of `group_nodes`.
+const NODE_STATES: [&str; 3] = ["active", "inactive", "missing"];
 
 impl std::fmt::Debug for Metrics {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -72,7 +103,9 @@ impl Metrics {
             bus_reconnects: Counter::default(),
             bus_connected: Gauge::default(),
             nodes: Gauge::default(),
+            capacity: Capacity::default(),
         };
+        m.capacity.register(&mut r);
         r.register("reports", "Node reports accepted", m.reports.clone());
         r.register(
             "decisions",
@@ -191,6 +224,36 @@ impl Metrics {
         });
     }
 
+    /// Sets the capacity gauges from one evaluation's explanations (one per
+    /// group); groups no longer evaluated lose their series.
+    pub fn capacity(&self, core: &Core, acts: &[crate::core::Action], now: DateTime<Utc>) {
+        let breaker = core.meta().breaker_open;
+        let mut profiles: BTreeMap<String, (GroupStats, bool)> = BTreeMap::new();
+        let mut seen = BTreeSet::new();
+        for a in acts {
+            let crate::core::Action::Explain(x) = a else {
+                continue;
+            };
+            let key = GroupKey {
+                district: x.district.clone(),
+                profile: x.profile.clone(),
+            };
+            let paused = core.pause_of(&key, now).is_some();
+            self.capacity
+                .set(&x.district, &x.profile, &x.stats, breaker, paused);
+            let p = profiles.entry(x.profile.clone()).or_default();
+            crate::fleet::add_stats(&mut p.0, &x.stats);
+            p.1 |= paused;
+            seen.insert((x.district.clone(), x.profile.clone()));
+        }
+        for (profile, (mut stats, paused)) in profiles {
+            stats.usage_pct = crate::fleet::usage(stats.gears_active, stats.available_active_gears);
+            self.capacity.set(ALL, &profile, &stats, breaker, paused);
+            seen.insert((ALL.to_string(), profile));
+        }
+        self.capacity.forget_others(seen);
+    }
+
     /// Refreshes the gauges from the core.
     pub fn refresh(&self, core: &Core) {
         self.nodes
@@ -225,3 +288,91 @@ impl Metrics {
         }
     }
 }
+
+impl Capacity {
+    fn register(&self, r: &mut Registry) {
+        r.register(
+            "usage_ratio",
+            "Active usage of the group (district _all: the profile), 0..1: active / (available + active)",
+            self.usage.clone(),
+        );
+        r.register(
+            "available_active_gears",
+            "Free active slots on the group's active, uncordoned nodes",
+            self.available.clone(),
+        );
+        r.register(
+            "effective_available_gears",
+            "Available active gears bounded by the district's free UIDs",
+            self.effective.clone(),
+        );
+        r.register(
+            "group_nodes",
+            "Nodes of the group by state (active, inactive, missing)",
+            self.nodes.clone(),
+        );
+        r.register(
+            "missing_nodes",
+            "Nodes of the group whose reports stopped",
+            self.missing.clone(),
+        );
+        r.register(
+            "breaker_open",
+            "1 while the stale-node breaker stops all scaling (the same for every group)",
+            self.breaker.clone(),
+        );
+        r.register(
+            "paused",
+            "1 while an operator paused the group or the fleet",
+            self.paused.clone(),
+        );
+    }
+
+    fn set(&self, district: &str, profile: &str, s: &GroupStats, breaker: bool, paused: bool) {
+        let g = l(&[("district", district), ("profile", profile)]);
+        self.usage.get_or_create(&g).set(s.usage_pct / 100.0);
+        self.available
+            .get_or_create(&g)
+            .set(i64::from(s.available_active_gears));
+        self.effective
+            .get_or_create(&g)
+            .set(i64::from(s.effective_available_gears));
+        self.missing
+            .get_or_create(&g)
+            .set(i64::from(s.nodes_missing));
+        self.breaker.get_or_create(&g).set(i64::from(breaker));
+        self.paused.get_or_create(&g).set(i64::from(paused));
+        for (state, n) in
+            NODE_STATES
+                .iter()
+                .zip([s.nodes_active, s.nodes_inactive, s.nodes_missing])
+        {
+            let mut labels = g.clone();
+            labels.push(("state".into(), (*state).into()));
+            self.nodes.get_or_create(&labels).set(i64::from(n));
+        }
+    }
+
+    /// Drops the series of groups not in `now_seen`.
+    fn forget_others(&self, now_seen: BTreeSet<(String, String)>) {
+        let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+        for (d, p) in seen.difference(&now_seen) {
+            let g = l(&[("district", d), ("profile", p)]);
+            self.usage.remove(&g);
+            self.available.remove(&g);
+            self.effective.remove(&g);
+            self.missing.remove(&g);
+            self.breaker.remove(&g);
+            self.paused.remove(&g);
+            for state in NODE_STATES {
+                let mut labels = g.clone();
+                labels.push(("state".into(), state.into()));
+                self.nodes.remove(&labels);
+            }
+        }
+        *seen = now_seen;
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,5 +1,9 @@
 //! The operator side: `status`, `watch`, `ping`, `evacuate`, `abort`,
-//! `do-not-disrupt`, as library functions the binary (and tests) call.
+//! `do-not-disrupt`, as library functions the binary (and tests) call;
+//! `controls.rs` the operator controls (`pause`, `resume`, `cordon`,
+//! `uncordon`, `activate`, `drain`) and `history`.
+
+pub mod controls;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -28,6 +32,9 @@ pub enum CliError {
     /// The broker agent refused the request.
     #[error("{0}")]
     Refused(String),
+    /// The arguments do not make a request (or the history cannot be read).
+    #[error("{0}")]
+    Usage(String),
 }
 
 /// Keys of the operator side: the key that signs requests and the keys
