@@ -82,6 +82,9 @@ pub struct BrokerConfig {
     /// Pull mode: fleet figures pushed for Heat/Aodh alarms (disabled by default).
     #[serde(default)]
     pub push_stats: gearshift_pushstats::PushStatsConfig,
+    /// The PaaS the sagas tell about districts and gear moves (`none` by default).
+    #[serde(default)]
+    pub paas: crate::paas::PaasConfig,
 }
 
 /// Handler settings, as the handlers crate defines them (`type = "exec"`, ...).
@@ -188,6 +191,7 @@ impl Validate for BrokerConfig {
         self.keys.check()?;
         self.policy.check()?;
         self.saga.check()?;
+        self.paas.check()?;
         self.check_groups()?;
         self.placement
             .validate()
