@@ -160,6 +160,7 @@ fn tool_refusal(exit: &Exit) -> Outcome {
 /// What `oo-admin-ctl-district` answered for `host` (`op` is one of the
 /// district operations).
 pub fn parse(op: Operation, host: &str, exit: &Exit) -> Outcome {
+    let exit = &exit.without_cr();
     if let Some(o) = common(exit) {
         return o;
     }

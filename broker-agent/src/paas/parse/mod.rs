@@ -29,6 +29,19 @@ pub struct Exit {
     pub stderr: String,
 }
 
+impl Exit {
+    /// The same output with `\r\n` line ends as `\n`: under sudo's
+    /// `use_pty` (the default from sudo 1.9.14) the tool writes to a
+    /// terminal, which turns each `\n` into `\r\n`.
+    pub fn without_cr(&self) -> Exit {
+        Exit {
+            stdout: self.stdout.replace("\r\n", "\n"),
+            stderr: self.stderr.replace("\r\n", "\n"),
+            ..self.clone()
+        }
+    }
+}
+
 /// Longest text quoted in a failure's detail, in bytes.
 const DETAIL_MAX: usize = 600;
 

@@ -109,6 +109,7 @@ fn json_report(gear: &str, stdout: &str) -> Option<Outcome> {
 
 /// What `oo-admin-move` answered for `gear`.
 pub fn parse(gear: &str, exit: &Exit) -> Outcome {
+    let exit = &exit.without_cr();
     if let Some(o) = common(exit) {
         return o;
     }

@@ -128,6 +128,31 @@ fn repeats_are_already_in_state() {
 }
 
 #[test]
+fn output_through_a_terminal_reads_the_same() {
+    // sudo's use_pty: every "\n" arrives as "\r\n".
+    let crlf = |e: Exit| Exit {
+        stdout: e.stdout.replace('\n', "\r\n"),
+        ..e
+    };
+    let e = node_error(&format!(
+        "Node with server identity: {HOST} is already deactivated"
+    ));
+    assert!(matches!(
+        ctl(Deactivate, &crlf(e)),
+        Outcome::AlreadyInState { .. }
+    ));
+    let e = node_error(&format!(
+        "Node with server identity: {HOST} from district: {UUID} must be deactivated before it can be removed"
+    ));
+    assert_eq!(refused(&ctl(RemoveNode, &crlf(e))), Cause::NodeActive);
+    let e = move_exit(
+        1,
+        "Error moving gear. Old and new servers are the same: n2\n",
+    );
+    assert!(moves::parse(GEAR, &crlf(e)).is_success());
+}
+
+#[test]
 fn add_node_repeated_into_the_same_district_is_already_in_state() {
     // district.rb:124-126 refuses a node of any district, this one included;
     // the district document printed after the result says which.
