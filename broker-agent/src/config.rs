@@ -85,6 +85,9 @@ pub struct BrokerConfig {
     /// The durable history of decisions, saga steps and explanations.
     #[serde(default)]
     pub history: crate::history::HistoryConfig,
+    /// The PaaS the sagas tell about districts and gear moves (`none` by default).
+    #[serde(default)]
+    pub paas: crate::paas::PaasConfig,
 }
 
 /// Handler settings, as the handlers crate defines them (`type = "exec"`, ...).
@@ -192,6 +195,7 @@ impl Validate for BrokerConfig {
         self.keys.check()?;
         self.policy.check()?;
         self.saga.check()?;
+        self.paas.check()?;
         self.check_groups()?;
         self.placement
             .validate()

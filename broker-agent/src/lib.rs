@@ -24,6 +24,10 @@
 //! - [`ops`]: the journaled records (operations, group state) and their
 //!   on-disk format; [`journal`]: the durable journal (redb).
 //! - [`planner`]: the evacuation planner interface.
+//! - [`paas`]: the PaaS adapter the sagas call to change OpenShift's
+//!   districts and move gears (`[paas]`: `oo-admin-ctl-district`,
+//!   `oo-admin-move`, or `none`), with the tools' output parsed into typed
+//!   outcomes.
 //! - [`agent`]: the I/O driver: bus (through the signed-message gate),
 //!   timers, handlers, journal, history, one task tracker; [`status`] and
 //!   [`metrics`] what it shows (capacity gauges included); [`dashboard`] the
@@ -43,6 +47,7 @@ pub mod history;
 pub mod journal;
 pub mod metrics;
 pub mod ops;
+pub mod paas;
 pub mod perkey;
 pub mod planner;
 pub mod policy;
