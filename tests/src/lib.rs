@@ -1,4 +1,4 @@
-//! Shared helpers for gearshift's cross-crate integration tests (`tests/tests/*.rs`).
+//! Shared helpers for gearshift's cross-crate integration tests (`tests/tests/it/`).
 //!
 //! Real components: RabbitMQ over AMQP and STOMP (made ready by
 //! `scripts/setup-rabbitmq`), Python clients and servers from the virtualenv

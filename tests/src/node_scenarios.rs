@@ -1,6 +1,6 @@
 //! Node agent scenarios, each a function of the bus URL, so that the same
 //! checks run on the in-process bus (`node-agent/tests`) and on RabbitMQ
-//! over AMQP and STOMP (`tests/tests/node_*.rs`).
+//! over AMQP and STOMP (`tests/tests/it/node_*.rs`).
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -4,7 +4,7 @@
 //! a tool that knows the AWS resource specifications. (Warnings remain by
 //! design: Heat takes image names where AWS wants AMI ids, and Heat still
 //! implements launch configurations.) The HOT template and both templates'
-//! agreement with the code are checked in `pushstats/tests/heat_templates.rs`.
+//! agreement with the code are checked in `pushstats/tests/it/heat_templates.rs`.
 
 use std::path::Path;
 use std::time::Duration;
