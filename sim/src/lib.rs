@@ -23,8 +23,8 @@
 #![warn(missing_docs)]
 
 pub mod bench;
-pub mod bench_proc;
 pub mod chaos;
 pub mod demo;
 pub mod fleet;
+pub mod harness;
 pub mod lite;

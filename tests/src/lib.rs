@@ -6,7 +6,7 @@
 //! a message that says which script to run; nothing is skipped.
 
 pub mod bins;
-pub mod broker_fleet;
+pub mod broker_harness;
 pub mod broker_process;
 pub mod fake_openstack;
 pub mod node_harness;

@@ -516,8 +516,8 @@ pub async fn run(
         .tempdir()
         .map_err(|e| DemoError::Io(format!("cannot create a temporary directory: {e}")))?;
     let keys = match &args.keys {
-        Some(d) => Keys::open_or_generate(d)?,
-        None => Keys::generate(&tmp.path().join("keys"))?,
+        Some(d) => Keys::open_or_generate(d).map_err(FleetError::from)?,
+        None => Keys::generate(&tmp.path().join("keys")).map_err(FleetError::from)?,
     };
 
     // Configurations: the embedded files through the agents' own checks.
@@ -587,6 +587,7 @@ pub async fn run(
             profile: PROFILE.into(),
             max_active_gears: max_active,
             booted_for: None,
+            gears: 0,
         };
         fleet.add_to_world(&spec)?;
         for _ in 0..initial_active {
@@ -614,7 +615,7 @@ pub async fn run(
     let metrics = gearshift_broker::metrics::Metrics::new();
     let agent = gearshift_broker::Agent::builder(bcfg.clone(), broker_bus.clone())
         .signer(keys.broker.clone())
-        .keyring(keys.broker_keyring()?)
+        .keyring(keys.broker_keyring().map_err(FleetError::from)?)
         .handler("cloud", cloud.clone())
         .metrics(metrics.clone())
         .build()
@@ -663,7 +664,7 @@ pub async fn run(
         };
         let bus = broker_bus.clone();
         let signer = Arc::new(keys.broker.clone());
-        let ring = Arc::new(keys.broker_keyring()?);
+        let ring = Arc::new(keys.broker_keyring().map_err(FleetError::from)?);
         let name = bcfg.agent.name.clone();
         let t = token.clone();
         tokio::spawn(async move {

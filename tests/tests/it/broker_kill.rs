@@ -7,15 +7,18 @@
 //! every request to a file; the test reads the file and boots (or stops) node
 //! agents accordingly.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use gearshift_broker::perkey::PerKey;
-use gearshift_proto::msg::DecisionKind;
-use gearshift_tests::broker_fleet::{BrokerKeys, DecisionWatch, SimFleet, WAIT, fast_config};
-use gearshift_tests::broker_process::{BrokerProcess, write_config, write_recording_handler};
-use gearshift_tests::{amqp_url, connect, init_logging, unique};
+use gearshift_proto::msg::{Decision, DecisionKind};
+use gearshift_sim::fleet::{NodeSpec, SimFleet};
+use gearshift_sim::harness::requests::{CloudRequest, RequestLog, write_recording_handler};
+use gearshift_tests::amqp_url;
+use gearshift_tests::broker_harness::{DecisionWatch, TestBed, WAIT, fast_config};
+use gearshift_tests::broker_process::{BrokerProcess, write_config};
 use rand::Rng;
 
 /// Acts on the handler's requests: boots a node for each new create-node
@@ -23,73 +26,43 @@ use rand::Rng;
 struct Cloud {
     fleet: Arc<SimFleet>,
     tag: String,
-    seen_lines: usize,
-    creates: BTreeMap<String, u32>,
-    removes: Vec<String>,
+    log: RequestLog,
+    booted: usize,
     lost: Vec<String>,
 }
 
 impl Cloud {
-    async fn poll(&mut self, log: &std::path::Path) {
-        let text = std::fs::read_to_string(log).unwrap_or_default();
-        let lines: Vec<String> = text.lines().map(str::to_string).collect();
-        for line in lines.iter().skip(self.seen_lines) {
-            let parts: Vec<&str> = line.split_whitespace().collect();
-            match parts.as_slice() {
-                ["create-node", op, _node, district] => {
-                    let n = self.creates.entry(op.to_string()).or_default();
-                    *n += 1;
-                    if *n == 1 {
-                        let name = format!("{}-new-{}", self.tag, self.creates.len());
-                        self.fleet.start_node(
-                            &name,
-                            district,
-                            "small",
-                            100,
-                            0,
-                            Some(op.to_string()),
-                        );
-                    }
+    async fn poll(&mut self) {
+        for r in self.log.poll().expect("handler lines") {
+            match r {
+                CloudRequest::Create {
+                    op,
+                    district,
+                    first: true,
+                } => {
+                    self.booted += 1;
+                    let name = format!("{}-new-{}", self.tag, self.booted);
+                    let spec = NodeSpec::new(&name, &district, "small", 100).booted_for(Some(op));
+                    self.fleet.start_node(&spec).expect("node agent starts");
                 }
-                ["remove-node", _op, node, _district] => {
-                    self.removes.push(node.to_string());
-                    self.fleet.stop_node(node).await;
-                    let left = self.fleet.world.remove_node(node);
+                CloudRequest::Create { .. } => {}
+                CloudRequest::Remove { node, .. } => {
+                    let left = self.fleet.delete_node(&node).await;
                     self.lost.extend(left.into_iter().map(|g| g.id));
                 }
-                _ => panic!("unexpected handler line {line:?}"),
             }
         }
-        self.seen_lines = lines.len();
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn broker_sigkill_at_random_points_finishes_the_saga_without_loss_or_duplicate_requests() {
-    init_logging();
-    let tag = unique("k");
-    let url = amqp_url();
-    let dir = tempfile::tempdir().unwrap();
-    let keys = BrokerKeys::new();
-
-    // Keys on disk, as an operator installs them.
-    let key_dir = dir.path().join("keys");
-    std::fs::create_dir_all(key_dir.join("nodes.d")).unwrap();
-    std::fs::create_dir_all(key_dir.join("operators.d")).unwrap();
-    std::fs::write(key_dir.join("broker.key"), keys.broker.to_pem()).unwrap();
-    std::fs::write(key_dir.join("nodes.d/nodes.pub"), keys.node.public_pem()).unwrap();
-
-    // The exec handler that records every request.
-    let requests = dir.path().join("requests.log");
-    let handler_dir = dir.path().join("handler");
-    write_recording_handler(&handler_dir, &requests);
-
-    let d1 = format!("{tag}d1");
-    let d2 = format!("{tag}d2");
-    let mut cfg = fast_config(&url, &dir.path().join("state"), "cloud", &tag);
-    cfg.keys.signing_key = key_dir.join("broker.key");
-    cfg.keys.node_keys_dir = key_dir.join("nodes.d");
-    cfg.keys.operator_keys_dir = key_dir.join("operators.d");
+/// The broker configuration of this test, written to `broker.toml` and
+/// checked by the binary: the recording exec handler, keys on disk as an
+/// operator installs them.
+fn write_kill_config(bed: &TestBed, log: &RequestLog, d2: &str) -> PathBuf {
+    let handler_dir = bed.path("handler");
+    write_recording_handler(&handler_dir, log.path()).expect("handler script");
+    let mut cfg = fast_config(&bed.url, &bed.path("state"), "cloud", &bed.tag);
+    bed.keys.configure_broker(&mut cfg);
     cfg.handlers.insert(
         "cloud".into(),
         serde_json::from_value(serde_json::json!({
@@ -109,128 +82,158 @@ async fn broker_sigkill_at_random_points_finishes_the_saga_without_loss_or_dupli
     cfg.saga.command_timeout = Duration::from_secs(3);
     cfg.saga.evacuation_attempts = 10;
     cfg.saga.command_attempts = 20;
-    let config_path = dir.path().join("broker.toml");
+    let config_path = bed.path("broker.toml");
     write_config(&cfg, &config_path);
+    config_path
+}
+
+/// The broker process, killed and restarted at random points until both the
+/// removal and the join were seen (at most 8 kills); returns the kills.
+async fn kill_at_random_points(
+    cloud: &mut Cloud,
+    watch: &mut DecisionWatch,
+    config: &Path,
+    log: &Path,
+    deadline: tokio::time::Instant,
+) -> (BrokerProcess, u32) {
+    let mut rng = rand::rng();
+    let mut kills = 0;
+    let mut proc = BrokerProcess::start(config, log);
+    loop {
+        let run_for = Duration::from_millis(rng.random_range(300..2500));
+        let until = tokio::time::Instant::now() + run_for;
+        while tokio::time::Instant::now() < until {
+            cloud.poll().await;
+            tokio::time::sleep(Duration::from_millis(30)).await;
+        }
+        let done = watch_done(watch).await;
+        if done || kills >= 8 {
+            return (proc, kills);
+        }
+        proc.kill();
+        kills += 1;
+        cloud.poll().await;
+        proc = BrokerProcess::start(config, log);
+        assert!(tokio::time::Instant::now() < deadline, "test took too long");
+    }
+}
+
+/// Runs the cloud until a decision of `kind` was seen.
+async fn decision_of(
+    kind: DecisionKind,
+    cloud: &mut Cloud,
+    watch: &mut DecisionWatch,
+    deadline: tokio::time::Instant,
+    broker_log: &Path,
+) -> Decision {
+    loop {
+        cloud.poll().await;
+        if let Some(d) = watch.seen.iter().find(|d| d.decision == kind) {
+            return d.clone();
+        }
+        let _ = watch_done(watch).await;
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no {kind:?}; decisions {:?}; broker log:\n{}",
+            watch.kinds(),
+            std::fs::read_to_string(broker_log).unwrap_or_default()
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn broker_sigkill_at_random_points_finishes_the_saga_without_loss_or_duplicate_requests() {
+    let bed = TestBed::new("k", |_| amqp_url()).await;
+    let tag = bed.tag.clone();
+    let (d1, d2) = (format!("{tag}d1"), format!("{tag}d2"));
+    let log = RequestLog::new(&bed.path("requests.log"));
+    let config_path = write_kill_config(&bed, &log, &d2);
 
     // The fleet: d1 underused (n3 will be drained), d2 over DISTRICT_THRESHOLD.
-    let nodes_bus = connect(&url, &format!("{tag}-nodes")).await;
-    let watch_bus = connect(&url, &format!("{tag}-watch")).await;
-    let mut watch = DecisionWatch::new(&watch_bus, &keys.broker).await;
-    let fleet = SimFleet::new(nodes_bus.clone(), keys.clone(), &dir.path().join("nodes"));
-    let (n1, n2, n3) = (
-        format!("{tag}-n1"),
-        format!("{tag}-n2"),
-        format!("{tag}-n3"),
-    );
-    fleet.start_node(&n1, &d1, "small", 100, 30, None);
-    fleet.start_node(&n2, &d1, "small", 100, 20, None);
-    fleet.start_node(&n3, &d1, "small", 100, 16, None);
-    fleet.start_node(&format!("{tag}-m1"), &d2, "small", 100, 95, None);
-    fleet.world.set_move_time(Duration::from_millis(150));
+    let watch_bus = bed.connect("watch").await;
+    let mut watch = DecisionWatch::new(&watch_bus, &bed.keys.broker).await;
+    let fleet = bed.fleet.clone();
+    let n3 = format!("{tag}-n3");
+    for (name, district, gears) in [
+        (format!("{tag}-n1"), &d1, 30),
+        (format!("{tag}-n2"), &d1, 20),
+        (n3.clone(), &d1, 16),
+        (format!("{tag}-m1"), &d2, 95),
+    ] {
+        let spec = NodeSpec::new(&name, district, "small", 100).with_gears(gears);
+        fleet.start_node(&spec).expect("node agent starts");
+    }
+    fleet.world().set_move_time(Duration::from_millis(150));
     let gears_before: BTreeSet<String> = fleet.gear_locations().keys().cloned().collect();
     assert_eq!(gears_before.len(), 161);
 
     let mut cloud = Cloud {
         fleet: fleet.clone(),
         tag: tag.clone(),
-        seen_lines: 0,
-        creates: BTreeMap::new(),
-        removes: vec![],
+        log,
+        booted: 0,
         lost: vec![],
     };
-    let broker_log = dir.path().join("broker.log");
-    let mut rng = rand::rng();
+    let broker_log = bed.path("broker.log");
     let deadline = tokio::time::Instant::now() + WAIT * 3;
-    let mut kills = 0;
-    let mut proc = Some(BrokerProcess::start(&config_path, &broker_log));
-    // Kill at random points until the saga ended, at most 8 times.
-    loop {
-        let run_for = Duration::from_millis(rng.random_range(300..2500));
-        let until = tokio::time::Instant::now() + run_for;
-        while tokio::time::Instant::now() < until {
-            cloud.poll(&requests).await;
-            tokio::time::sleep(Duration::from_millis(30)).await;
-        }
-        let done = watch_done(&mut watch).await;
-        if done || kills >= 8 {
-            break;
-        }
-        proc.take().unwrap().kill();
-        kills += 1;
-        cloud.poll(&requests).await;
-        proc = Some(BrokerProcess::start(&config_path, &broker_log));
-        assert!(tokio::time::Instant::now() < deadline, "test took too long");
-    }
+    let (proc, kills) =
+        kill_at_random_points(&mut cloud, &mut watch, &config_path, &broker_log, deadline).await;
     // Let the last incarnation finish the work.
-    let removed = loop {
-        cloud.poll(&requests).await;
-        if let Some(d) = watch
-            .seen
-            .iter()
-            .find(|d| d.decision == DecisionKind::Removed)
-        {
-            break d.clone();
-        }
-        let _ = watch_done(&mut watch).await;
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "saga did not finish after {kills} kills; decisions {:?}; broker log:\n{}",
-            watch.kinds(),
-            std::fs::read_to_string(&broker_log).unwrap_or_default()
-        );
-    };
-    let joined = loop {
-        cloud.poll(&requests).await;
-        if let Some(d) = watch
-            .seen
-            .iter()
-            .find(|d| d.decision == DecisionKind::Joined)
-        {
-            break d.clone();
-        }
-        let _ = watch_done(&mut watch).await;
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "no join; decisions {:?}",
-            watch.kinds()
-        );
-    };
-    let status = proc.take().unwrap().terminate();
+    let removed = decision_of(
+        DecisionKind::Removed,
+        &mut cloud,
+        &mut watch,
+        deadline,
+        &broker_log,
+    )
+    .await;
+    let joined = decision_of(
+        DecisionKind::Joined,
+        &mut cloud,
+        &mut watch,
+        deadline,
+        &broker_log,
+    )
+    .await;
+    let status = proc.terminate();
     assert!(status.success(), "SIGTERM exits cleanly: {status:?}");
-    cloud.poll(&requests).await;
+    cloud.poll().await;
 
     assert!(kills >= 1, "the broker agent was killed at least once");
     assert_eq!(removed.node.as_deref(), Some(n3.as_str()));
     assert_eq!(joined.district, d2);
-    // No operation asked the cloud for a node twice.
-    for (op, n) in &cloud.creates {
+    assert_no_loss_or_repeat(&cloud, &n3, &gears_before);
+    eprintln!(
+        "killed {kills} times; decisions: {:?}; requests: {:?}",
+        watch.kinds(),
+        std::fs::read_to_string(cloud.log.path()).unwrap_or_default()
+    );
+    fleet.stop_all().await;
+}
+
+/// No operation asked the cloud for a node twice, only `n3` was removed,
+/// and every gear that existed is on exactly one live node.
+fn assert_no_loss_or_repeat(cloud: &Cloud, n3: &str, gears_before: &BTreeSet<String>) {
+    for (op, n) in &cloud.log.creates {
         assert_eq!(*n, 1, "operation {op} requested {n} nodes");
     }
     assert!(
-        cloud.removes.iter().all(|n| *n == n3),
+        cloud.log.removed_nodes.iter().all(|n| n == n3),
         "only n3 removed: {:?}",
-        cloud.removes
+        cloud.log.removed_nodes
     );
-    // No gear lost: every gear that existed is on exactly one live node.
     assert!(
         cloud.lost.is_empty(),
         "gears on the removed node: {:?}",
         cloud.lost
     );
-    let after = fleet.gear_locations();
+    let after = cloud.fleet.gear_locations();
     let gears_after: BTreeSet<String> = after.keys().cloned().collect();
-    assert_eq!(gears_after, gears_before, "the same gears exist");
+    assert_eq!(&gears_after, gears_before, "the same gears exist");
     for (g, at) in &after {
         assert_eq!(at.len(), 1, "{g} on {at:?}");
         assert_ne!(at[0], n3);
     }
-    eprintln!(
-        "killed {kills} times; decisions: {:?}; requests: {:?}",
-        watch.kinds(),
-        std::fs::read_to_string(&requests).unwrap_or_default()
-    );
-    fleet.stop_all().await;
-    drop(nodes_bus);
 }
 
 /// Gathers decisions for a moment; true once both the removal and the join were seen.

@@ -4,30 +4,29 @@
 //! bus and RabbitMQ (AMQP and STOMP).
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use gearshift_broker::Agent;
 use gearshift_broker::config::BrokerConfig;
 use gearshift_bus::SharedBus;
 use gearshift_proto::msg::DecisionKind;
-use gearshift_tests::broker_fleet::{
-    BrokerKeys, DecisionWatch, SimCloud, SimFleet, eventually, fast_config,
+use gearshift_sim::fleet::{Keys, NodeSpec, SimCloud, SimFleet};
+use gearshift_tests::broker_harness::{
+    DecisionWatch, TestBed, eventually, fast_config, instant_cloud,
 };
-use gearshift_tests::{amqp_url, connect, init_logging, stomp_url, unique};
+use gearshift_tests::{amqp_url, connect, stomp_url};
 use tokio_util::sync::CancellationToken;
 
 struct Ctx {
+    bed: TestBed,
     _watch_bus: SharedBus,
-    nodes_bus: SharedBus,
     broker_bus: SharedBus,
-    keys: BrokerKeys,
+    keys: Keys,
     fleet: Arc<SimFleet>,
     cloud: Arc<SimCloud>,
     cfg: BrokerConfig,
     watch: DecisionWatch,
     tag: String,
-    _dir: tempfile::TempDir,
 }
 
 fn url_for(transport: &str, tag: &str) -> String {
@@ -40,36 +39,29 @@ fn url_for(transport: &str, tag: &str) -> String {
 }
 
 async fn setup(transport: &str) -> Ctx {
-    init_logging();
-    let tag = unique("b");
-    let url = url_for(transport, &tag);
-    let dir = tempfile::tempdir().unwrap();
-    let keys = BrokerKeys::new();
-    let nodes_bus = connect(&url, &format!("{tag}-nodes")).await;
-    let broker_bus = connect(&url, &format!("{tag}-broker")).await;
-    let watch_bus = connect(&url, &format!("{tag}-watch")).await;
-    let watch = DecisionWatch::new(&watch_bus, &keys.broker).await;
-    let fleet = SimFleet::new(nodes_bus.clone(), keys.clone(), &dir.path().join("nodes"));
-    let cloud = SimCloud::new(fleet.clone(), &tag, 100);
-    let cfg = fast_config(&url, &dir.path().join("broker"), "sim", &tag);
+    let bed = TestBed::new("b", |tag| url_for(transport, tag)).await;
+    let broker_bus = bed.connect("broker").await;
+    let watch_bus = bed.connect("watch").await;
+    let watch = DecisionWatch::new(&watch_bus, &bed.keys.broker).await;
+    let cloud = instant_cloud(bed.fleet.clone(), &bed.tag, 100);
+    let cfg = fast_config(&bed.url, &bed.path("broker"), "sim", &bed.tag);
     Ctx {
         _watch_bus: watch_bus,
-        nodes_bus,
         broker_bus,
-        keys,
-        fleet,
+        keys: bed.keys.clone(),
+        fleet: bed.fleet.clone(),
         cloud,
         cfg,
         watch,
-        tag,
-        _dir: dir,
+        tag: bed.tag.clone(),
+        bed,
     }
 }
 
 fn start_broker(c: &Ctx) -> (CancellationToken, tokio::task::JoinHandle<()>) {
     let agent = Agent::builder(c.cfg.clone(), c.broker_bus.clone())
         .signer(c.keys.broker.clone())
-        .keyring(c.keys.broker_keyring())
+        .keyring(c.keys.broker_keyring().expect("broker keyring"))
         .handler("sim", c.cloud.clone())
         .build()
         .expect("broker agent");
@@ -88,7 +80,7 @@ async fn stop(c: &Ctx, token: CancellationToken, task: tokio::task::JoinHandle<(
         .expect("broker agent stops within its grace")
         .expect("broker task");
     c.fleet.stop_all().await;
-    let _ = &c.nodes_bus;
+    let _ = &c.bed.nodes_bus;
 }
 
 // --------------------------------------------------------------- scale-up
@@ -101,11 +93,14 @@ async fn scale_up_lands_in_the_right_district(transport: &str) {
     // d1: two nodes at 89/100 (178 UIDs used); d2: one node at 70/100 (more free UIDs).
     // The profile is at 248 / 300 = 82.7 % >= 80.
     c.fleet
-        .start_node(&format!("{}-a1", c.tag), &d1, "small", 100, 89, None);
+        .start_node(&NodeSpec::new(&format!("{}-a1", c.tag), &d1, "small", 100).with_gears(89))
+        .expect("node agent starts");
     c.fleet
-        .start_node(&format!("{}-a2", c.tag), &d1, "small", 100, 89, None);
+        .start_node(&NodeSpec::new(&format!("{}-a2", c.tag), &d1, "small", 100).with_gears(89))
+        .expect("node agent starts");
     c.fleet
-        .start_node(&format!("{}-b1", c.tag), &d2, "small", 100, 70, None);
+        .start_node(&NodeSpec::new(&format!("{}-b1", c.tag), &d2, "small", 100).with_gears(70))
+        .expect("node agent starts");
     let (token, task) = start_broker(&c);
     let up = c
         .watch
@@ -129,11 +124,7 @@ async fn scale_up_lands_in_the_right_district(transport: &str) {
     );
     // The joined node brings the profile to 248 / 400: nothing more is asked for.
     tokio::time::sleep(Duration::from_secs(2)).await;
-    assert_eq!(
-        c.cloud.creates.load(Ordering::SeqCst),
-        1,
-        "exactly one node requested"
-    );
+    assert_eq!(c.cloud.create_requests(), 1, "exactly one node requested");
     stop(&c, token, task).await;
 }
 
@@ -158,9 +149,15 @@ async fn full_scale_down_saga(transport: &str) {
         format!("{}-n2", c.tag),
         format!("{}-n3", c.tag),
     );
-    c.fleet.start_node(&n1, &d, "small", 100, 30, None);
-    c.fleet.start_node(&n2, &d, "small", 100, 20, None);
-    c.fleet.start_node(&n3, &d, "small", 100, 5, None);
+    c.fleet
+        .start_node(&NodeSpec::new(&n1, &d, "small", 100).with_gears(30))
+        .expect("node agent starts");
+    c.fleet
+        .start_node(&NodeSpec::new(&n2, &d, "small", 100).with_gears(20))
+        .expect("node agent starts");
+    c.fleet
+        .start_node(&NodeSpec::new(&n3, &d, "small", 100).with_gears(5))
+        .expect("node agent starts");
     let before = c.fleet.gear_locations();
     assert_eq!(before.len(), 55);
     let (token, task) = start_broker(&c);
@@ -183,11 +180,11 @@ async fn full_scale_down_saga(transport: &str) {
     assert_eq!(removed.node.as_deref(), Some(n3.as_str()));
     assert_eq!(removed.op, down.op);
     // Removed exactly this host, once, and only once it was empty.
-    assert_eq!(*c.cloud.removes.lock().unwrap(), vec![n3.clone()]);
+    assert_eq!(c.cloud.remove_requests(), vec![n3.clone()]);
     assert!(
-        c.cloud.lost.lock().unwrap().is_empty(),
+        c.cloud.lost().is_empty(),
         "gears lost: {:?}",
-        c.cloud.lost.lock().unwrap()
+        c.cloud.lost()
     );
     let after = c.fleet.gear_locations();
     assert_eq!(after.len(), 55, "no gear lost");
@@ -195,7 +192,7 @@ async fn full_scale_down_saga(transport: &str) {
         assert_eq!(at.len(), 1, "{g} is on {at:?}");
         assert!(at[0] == n1 || at[0] == n2, "{g} on {at:?}");
     }
-    assert!(!c.fleet.world.nodes().contains(&n3));
+    assert!(!c.fleet.world().nodes().contains(&n3));
     stop(&c, token, task).await;
 }
 
@@ -221,12 +218,18 @@ async fn abort_reactivates_the_node(transport: &str) {
         format!("{}-n2", c.tag),
         format!("{}-n3", c.tag),
     );
-    c.fleet.start_node(&n1, &d, "small", 100, 30, None);
-    c.fleet.start_node(&n2, &d, "small", 100, 20, None);
-    c.fleet.start_node(&n3, &d, "small", 100, 3, None);
+    c.fleet
+        .start_node(&NodeSpec::new(&n1, &d, "small", 100).with_gears(30))
+        .expect("node agent starts");
+    c.fleet
+        .start_node(&NodeSpec::new(&n2, &d, "small", 100).with_gears(20))
+        .expect("node agent starts");
+    c.fleet
+        .start_node(&NodeSpec::new(&n3, &d, "small", 100).with_gears(3))
+        .expect("node agent starts");
     // One gear of n3 can never be moved.
-    let stuck = c.fleet.world.gears_of(&n3)[0].id.clone();
-    c.fleet.world.fail_next_moves(&stuck, 1_000_000);
+    let stuck = c.fleet.world().gears_of(&n3)[0].id.clone();
+    c.fleet.world().fail_next_moves(&stuck, 1_000_000);
     let (token, task) = start_broker(&c);
     let down = c
         .watch
@@ -246,13 +249,10 @@ async fn abort_reactivates_the_node(transport: &str) {
         aborted.reason
     );
     eventually("n3 active again", || {
-        c.fleet.world.is_active(&n3) == Some(true)
+        c.fleet.world().is_active(&n3) == Some(true)
     })
     .await;
-    assert!(
-        c.cloud.removes.lock().unwrap().is_empty(),
-        "nothing removed"
-    );
+    assert!(c.cloud.remove_requests().is_empty(), "nothing removed");
     let at = c.fleet.gear_locations();
     assert_eq!(at.len(), 53, "no gear lost");
     assert_eq!(
@@ -285,11 +285,17 @@ async fn drain_cancel(transport: &str) {
         format!("{}-n2", c.tag),
         format!("{}-n3", c.tag),
     );
-    c.fleet.start_node(&n1, &d, "small", 100, 40, None);
-    c.fleet.start_node(&n2, &d, "small", 100, 40, None);
-    c.fleet.start_node(&n3, &d, "small", 100, 20, None);
+    c.fleet
+        .start_node(&NodeSpec::new(&n1, &d, "small", 100).with_gears(40))
+        .expect("node agent starts");
+    c.fleet
+        .start_node(&NodeSpec::new(&n2, &d, "small", 100).with_gears(40))
+        .expect("node agent starts");
+    c.fleet
+        .start_node(&NodeSpec::new(&n3, &d, "small", 100).with_gears(20))
+        .expect("node agent starts");
     // Slow moves: the drain of n3 takes about 20 x 400 ms.
-    c.fleet.world.set_move_time(Duration::from_millis(400));
+    c.fleet.world().set_move_time(Duration::from_millis(400));
     let (token, task) = start_broker(&c);
     let down = c
         .watch
@@ -299,7 +305,7 @@ async fn drain_cancel(transport: &str) {
         .await;
     assert_eq!(down.node.as_deref(), Some(n3.as_str()));
     eventually("n3 deactivated", || {
-        c.fleet.world.is_active(&n3) == Some(false)
+        c.fleet.world().is_active(&n3) == Some(false)
     })
     .await;
     // Load returns on the other nodes: 95 + 90 of 100, n3 inactive.
@@ -313,19 +319,16 @@ async fn drain_cancel(transport: &str) {
         .await;
     assert_eq!(cancelled.op, down.op);
     eventually("n3 active again", || {
-        c.fleet.world.is_active(&n3) == Some(true)
+        c.fleet.world().is_active(&n3) == Some(true)
     })
     .await;
-    assert!(
-        c.cloud.removes.lock().unwrap().is_empty(),
-        "n3 was not removed"
-    );
+    assert!(c.cloud.remove_requests().is_empty(), "n3 was not removed");
     assert!(
         !c.watch.kinds().contains(&DecisionKind::ScaleUp),
         "the draining node was re-activated instead of booting a new one: {:?}",
         c.watch.kinds()
     );
-    assert_eq!(c.cloud.creates.load(Ordering::SeqCst), 0);
+    assert_eq!(c.cloud.create_requests(), 0);
     stop(&c, token, task).await;
 }
 
@@ -343,20 +346,19 @@ async fn broker_drain_cancel_amqp() {
 
 async fn operator_commands(transport: &str) {
     use gearshift_broker::cli::{self, OperatorKeys};
-    use gearshift_proto::msg::{AdminRequest, Role};
+    use gearshift_proto::msg::AdminRequest;
     let mut c = setup(transport).await;
     c.cfg.policy.compact_threshold = gearshift_broker::perkey::PerKey::off();
     let d = format!("{}d1", c.tag);
     let (n1, n2) = (format!("{}-n1", c.tag), format!("{}-n2", c.tag));
-    c.fleet.start_node(&n1, &d, "small", 100, 40, None);
-    c.fleet.start_node(&n2, &d, "small", 100, 10, None);
+    c.fleet
+        .start_node(&NodeSpec::new(&n1, &d, "small", 100).with_gears(40))
+        .expect("node agent starts");
+    c.fleet
+        .start_node(&NodeSpec::new(&n2, &d, "small", 100).with_gears(10))
+        .expect("node agent starts");
     let (token, task) = start_broker(&c);
-    let mut brokers = gearshift_proto::Keyring::new();
-    brokers.add(c.keys.broker.public(), Role::Broker, "broker");
-    let op_keys = OperatorKeys {
-        signer: c.keys.operator.clone(),
-        brokers: brokers.clone(),
-    };
+    let op_keys = c.keys.operator_keys();
     let key = c.cfg.agent.admin_key.clone();
     let t = Duration::from_secs(10);
     let bus = connect(&url_for(transport, &c.tag), &format!("{}-op", c.tag)).await;
@@ -431,7 +433,7 @@ async fn operator_commands(transport: &str) {
         .await;
     assert_eq!(removed.op.as_deref(), Some(op.as_str()));
     assert_eq!(removed.node.as_deref(), Some(n2.as_str()));
-    gearshift_tests::broker_fleet::eventually("watch shows the removal", || {
+    gearshift_tests::broker_harness::eventually("watch shows the removal", || {
         lines
             .lock()
             .unwrap()
@@ -498,7 +500,7 @@ async fn operator_commands(transport: &str) {
     // A request signed by an untrusted key is refused.
     let rogue = OperatorKeys {
         signer: gearshift_proto::KeyPair::generate().unwrap(),
-        brokers,
+        brokers: op_keys.brokers.clone(),
     };
     let r = cli::admin_on(&bus, &rogue, "mallory", &key, AdminRequest::Status, t)
         .await

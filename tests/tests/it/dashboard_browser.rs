@@ -169,13 +169,7 @@ async fn dashboard_in_headless_chromium() {
         keys.clone(),
         &dir.path().join("nodes"),
     );
-    let spec = |name: &str, district: &str, profile: &str, max: u32| NodeSpec {
-        name: name.into(),
-        district: district.into(),
-        profile: profile.into(),
-        max_active_gears: max,
-        booted_for: None,
-    };
+    let spec = NodeSpec::new;
     for (name, active, idle) in [("node-1", 6, 2), ("node-2", 5, 3), ("node-3", 4, 8)] {
         let s = spec(name, "east", "small", 20);
         fleet.add_to_world(&s).unwrap();

@@ -16,9 +16,10 @@ use gearshift_bus::SharedBus;
 use gearshift_handlers::NodeShape;
 use gearshift_handlers::config::{HandlerConfig, HeatConfig, NovaConfig};
 use gearshift_proto::msg::DecisionKind;
-use gearshift_tests::broker_fleet::{BrokerKeys, DecisionWatch, SimFleet, fast_config};
+use gearshift_sim::fleet::{Keys, NodeSpec, SimFleet};
+use gearshift_tests::amqp_url;
+use gearshift_tests::broker_harness::{DecisionWatch, TestBed, fast_config};
 use gearshift_tests::fake_openstack::{FakeOpenStack, FakeStack};
-use gearshift_tests::{amqp_url, connect, init_logging, unique};
 use tokio_util::sync::CancellationToken;
 
 const DOMAIN: &str = "example.com";
@@ -67,7 +68,11 @@ fn spawn_bridge(
                         heat_ops.get(&s.id).cloned().flatten(),
                     ),
                 };
-                fleet.start_node(&node, &district, &profile, 100, 0, op.clone());
+                fleet
+                    .start_node(
+                        &NodeSpec::new(&node, &district, &profile, 100).booted_for(op.clone()),
+                    )
+                    .expect("node agent starts");
                 log.lock().unwrap().booted.push((node.clone(), op));
                 known.insert(s.id.clone(), node);
             }
@@ -77,8 +82,7 @@ fn spawn_bridge(
                 .map(|(id, n)| (id.clone(), n.clone()))
                 .collect();
             for (id, node) in gone {
-                fleet.stop_node(&node).await;
-                let left = fleet.world.remove_node(&node);
+                let left = fleet.delete_node(&node).await;
                 let mut l = log.lock().unwrap();
                 l.lost.extend(left.into_iter().map(|g| g.id));
                 l.removed.push(node);
@@ -92,30 +96,24 @@ fn spawn_bridge(
 struct World {
     os: Arc<FakeOpenStack>,
     fleet: Arc<SimFleet>,
-    keys: BrokerKeys,
+    keys: Keys,
     cfg: BrokerConfig,
     broker_bus: SharedBus,
-    _nodes_bus: SharedBus,
     _watch_bus: SharedBus,
     watch: DecisionWatch,
     log: Arc<Mutex<Log>>,
     district: String,
     tag: String,
-    dir: tempfile::TempDir,
+    bed: TestBed,
 }
 
 async fn world(handler: &str) -> World {
-    init_logging();
-    let tag = unique("e");
-    let url = amqp_url();
-    let dir = tempfile::tempdir().unwrap();
-    let keys = BrokerKeys::new();
-    let nodes_bus = connect(&url, &format!("{tag}-nodes")).await;
-    let broker_bus = connect(&url, &format!("{tag}-broker")).await;
-    let watch_bus = connect(&url, &format!("{tag}-watch")).await;
-    let watch = DecisionWatch::new(&watch_bus, &keys.broker).await;
-    let fleet = SimFleet::new(nodes_bus.clone(), keys.clone(), &dir.path().join("nodes"));
-    let mut cfg = fast_config(&url, &dir.path().join("broker"), handler, &tag);
+    let bed = TestBed::new("e", |_| amqp_url()).await;
+    let tag = bed.tag.clone();
+    let broker_bus = bed.connect("broker").await;
+    let watch_bus = bed.connect("watch").await;
+    let watch = DecisionWatch::new(&watch_bus, &bed.keys.broker).await;
+    let mut cfg = fast_config(&bed.url, &bed.path("broker"), handler, &tag);
     cfg.saga.handler_timeout = Duration::from_secs(20);
     cfg.group_defaults.shape = NodeShape {
         flavor: Some("m1.small".into()),
@@ -124,7 +122,7 @@ async fn world(handler: &str) -> World {
     };
     let os = Arc::new(FakeOpenStack::start().await);
     // The handlers read the seeds' auth.env, as an operator would configure them.
-    let env_file = dir.path().join("auth.env");
+    let env_file = bed.path("auth.env");
     let text: String = os
         .env_vars()
         .into_iter()
@@ -146,17 +144,16 @@ async fn world(handler: &str) -> World {
         .insert("heat".into(), HandlerConfig::Heat(heat));
     World {
         os,
-        fleet,
-        keys,
+        fleet: bed.fleet.clone(),
+        keys: bed.keys.clone(),
         cfg,
         broker_bus,
-        _nodes_bus: nodes_bus,
         _watch_bus: watch_bus,
         watch,
         log: Arc::new(Mutex::new(Log::default())),
         district: format!("{tag}d1"),
         tag,
-        dir,
+        bed,
     }
 }
 
@@ -176,8 +173,8 @@ fn start(
     );
     let agent = Agent::builder(w.cfg.clone(), w.broker_bus.clone())
         .signer(w.keys.broker.clone())
-        .keyring(w.keys.broker_keyring())
-        .state_dir(w.dir.path().join("broker"))
+        .keyring(w.keys.broker_keyring().expect("broker keyring"))
+        .state_dir(w.bed.path("broker"))
         .build()
         .expect("broker agent with the configured handlers");
     let t = token.clone();
@@ -206,7 +203,8 @@ fn seed_nova_nodes(w: &World, nodes: &[(u32, u32)]) -> BTreeMap<String, String> 
         let id =
             w.os.add_server(&format!("{}_{n}", w.tag), &[("gearshift_node", &host)]);
         w.fleet
-            .start_node(&host, &w.district, "small", 100, *gears, None);
+            .start_node(&NodeSpec::new(&host, &w.district, "small", 100).with_gears(*gears))
+            .expect("node agent starts");
         known.insert(id, host);
     }
     known
@@ -295,7 +293,7 @@ async fn nova_handler_targeted_scale_down_through_the_broker() {
     );
     let names: Vec<String> = w.os.servers().into_iter().map(|s| s.name).collect();
     assert_eq!(names, vec![format!("{}_1", w.tag), format!("{}_3", w.tag)]);
-    gearshift_tests::broker_fleet::eventually("the node agent stopped", || {
+    gearshift_tests::broker_harness::eventually("the node agent stopped", || {
         w.log.lock().unwrap().removed.contains(&victim)
     })
     .await;
@@ -320,7 +318,8 @@ fn seed_heat_nodes(w: &World, gears: &[u32]) -> BTreeMap<String, String> {
     for (m, g) in w.os.members("paas").into_iter().zip(gears) {
         let host = format!("{}.{DOMAIN}", m.server_name);
         w.fleet
-            .start_node(&host, &w.district, "small", 100, *g, None);
+            .start_node(&NodeSpec::new(&host, &w.district, "small", 100).with_gears(*g))
+            .expect("node agent starts");
         known.insert(m.server_id, host);
     }
     known
@@ -389,7 +388,7 @@ async fn heat_handler_targeted_scale_down_through_the_broker() {
             .map(|m| m.server_name)
             .collect();
     assert_eq!(left, vec![format!("{}-h0", w.tag), format!("{}-h2", w.tag)]);
-    gearshift_tests::broker_fleet::eventually("the node agent stopped", || {
+    gearshift_tests::broker_harness::eventually("the node agent stopped", || {
         w.log.lock().unwrap().removed.contains(&victim)
     })
     .await;

@@ -10,7 +10,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use gearshift_pushstats::PushStatsConfig;
-use gearshift_tests::broker_fleet::{BrokerKeys, SimFleet, WAIT, fast_config};
+use gearshift_sim::fleet::NodeSpec;
+use gearshift_tests::broker_harness::{WAIT, fast_config, fast_fleet, test_keys};
 use gearshift_tests::broker_process::{BrokerProcess, broker_binary, write_config};
 use gearshift_tests::fake_openstack::FakeOpenStack;
 use gearshift_tests::node_process::{NodeProcess, node_binary, write_file};
@@ -220,18 +221,11 @@ async fn broker_binary_pushes_fleet_figures_per_profile_and_district() {
     let url = amqp_url();
     let dir = tempfile::tempdir().unwrap();
     let (os, gnocchi, env_file) = clouds(dir.path()).await;
-    let keys = BrokerKeys::new();
-    let key_dir = dir.path().join("keys");
-    std::fs::create_dir_all(key_dir.join("nodes.d")).unwrap();
-    std::fs::create_dir_all(key_dir.join("operators.d")).unwrap();
-    std::fs::write(key_dir.join("broker.key"), keys.broker.to_pem()).unwrap();
-    std::fs::write(key_dir.join("nodes.d/nodes.pub"), keys.node.public_pem()).unwrap();
+    let keys = test_keys(dir.path());
 
     let d1 = format!("{tag}d1");
     let mut cfg = fast_config(&url, &dir.path().join("state"), "log", &tag);
-    cfg.keys.signing_key = key_dir.join("broker.key");
-    cfg.keys.node_keys_dir = key_dir.join("nodes.d");
-    cfg.keys.operator_keys_dir = key_dir.join("operators.d");
+    keys.configure_broker(&mut cfg);
     let listen = format!("127.0.0.1:{}", free_port());
     cfg.metrics.listen = Some(listen.parse().unwrap());
     cfg.push_stats = PushStatsConfig::from_agent_toml(&format!(
@@ -254,9 +248,13 @@ archive_policy = "low"
     write_config(&cfg, &config_path);
 
     let nodes_bus = connect(&url, &format!("{tag}-nodes")).await;
-    let fleet = SimFleet::new(nodes_bus.clone(), keys.clone(), &dir.path().join("nodes"));
-    fleet.start_node(&format!("{tag}-n1"), &d1, "small", 10, 8, None);
-    fleet.start_node(&format!("{tag}-n2"), &d1, "small", 10, 4, None);
+    let fleet = fast_fleet(nodes_bus.clone(), &keys, &dir.path().join("nodes"));
+    fleet
+        .start_node(&NodeSpec::new(&format!("{tag}-n1"), &d1, "small", 10).with_gears(8))
+        .expect("node agent starts");
+    fleet
+        .start_node(&NodeSpec::new(&format!("{tag}-n2"), &d1, "small", 10).with_gears(4))
+        .expect("node agent starts");
     let proc = BrokerProcess::start(&config_path, &dir.path().join("broker.log"));
 
     // 12 active, 8 available: oo-stats usage 60 %.
