@@ -199,7 +199,7 @@ impl Bench {
         })
     }
 
-    /// 1. join: every node reports; the broker agent's report queue is
+    /// Phase 1, join: every node reports; the broker agent's report queue is
     /// bounded (`report_backlog`), so when it falls behind the oldest
     /// reports are dropped and their nodes report again in the next round,
     /// as their periodic reports would. Returns the size of one report.
@@ -232,7 +232,7 @@ impl Bench {
         Ok(self.fleet.report_message(0).payload.len())
     }
 
-    /// 2. ingest: the fleet floods; after the warm-up, the broker agent's
+    /// Phase 2, ingest: the fleet floods; after the warm-up, the broker agent's
     /// accepted reports and the raw consumer's count over the window. Then
     /// lets the broker agent catch up (or stops waiting once it no longer
     /// gains: reports its bounded queue dropped never arrive).
@@ -288,7 +288,7 @@ impl Bench {
         (k * per..((k + 1) * per).min(self.spec.nodes)).collect()
     }
 
-    /// 3. decisions: districts 0.. (one each; the last district is kept
+    /// Phase 3, decisions: districts 0.. (one each; the last district is kept
     /// for the real node) brought just under `DISTRICT_THRESHOLD`, then
     /// one report takes each over.
     async fn decisions(&mut self) -> anyhow::Result<Decisions> {
@@ -362,7 +362,7 @@ impl Bench {
         Ok(None)
     }
 
-    /// 5a. the real node, in the last district (started before the drain,
+    /// Phase 5a, the real node, in the last district (started before the drain,
     /// measured idle after it).
     fn start_real_node(&self, bin: &Path) -> anyhow::Result<Proc> {
         let last = self.districts.len() - 1;
@@ -383,7 +383,7 @@ impl Bench {
         start_real_node(bin, &self.dir, &self.args.bus, &node, &self.keys)
     }
 
-    /// 4. drain: every district but the decision ones and the real node's
+    /// Phase 4, drain: every district but the decision ones and the real node's
     /// falls below `COMPACT_THRESHOLD`; the broker agent drains nodes under
     /// its disruption budgets.
     async fn drain(&self) -> anyhow::Result<Drain> {
@@ -431,7 +431,7 @@ impl Bench {
         })
     }
 
-    /// 5b. the real node: idle (10 s after its start), then evacuated.
+    /// Phase 5b, the real node: idle (10 s after its start), then evacuated.
     async fn measure_real_node(
         &self,
         np: &mut Proc,
