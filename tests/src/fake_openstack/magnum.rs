@@ -317,187 +317,196 @@ fn advance(s: &mut State, ci: usize) {
 pub(crate) fn route(s: &mut State, req: &mut Req) -> Answer {
     let segs = req.segments("/magnum/v1/");
     let segs: Vec<&str> = segs.iter().map(String::as_str).collect();
-    let find = |s: &State, ident: &str| {
-        s.magnum
-            .clusters
-            .iter()
-            .position(|c| c.uuid == ident || c.name == ident)
-    };
     match (req.method.clone(), segs.as_slice()) {
         (Method::GET, ["clusters", ident]) => {
-            let Some(ci) = find(s, ident) else {
-                return errors(
-                    404,
-                    "Not Found",
-                    &format!("Cluster {ident} could not be found."),
-                );
+            let Some(ci) = find_cluster(s, ident) else {
+                return no_cluster(ident);
             };
             advance(s, ci);
             Answer::json(200, cluster_json(&s.magnum.clusters[ci]))
         }
-        (Method::GET, ["clusters", ident, "nodegroups"]) => {
-            if !api_version_ok(req, 9) {
-                return violation(
-                    s,
-                    req,
-                    "node groups need OpenStack-API-Version: container-infra 1.9 or later",
-                );
-            }
-            let Some(ci) = find(s, ident) else {
-                return errors(
-                    404,
-                    "Not Found",
-                    &format!("Cluster {ident} could not be found."),
-                );
-            };
-            advance(s, ci);
-            let c = &s.magnum.clusters[ci];
-            let list: Vec<Value> = c.nodegroups.iter().map(|n| ng_json(c, n)).collect();
-            Answer::json(200, json!({ "nodegroups": list }))
-        }
-        (Method::GET, ["clusters", ident, "nodegroups", ng]) => {
-            if !api_version_ok(req, 9) {
-                return violation(
-                    s,
-                    req,
-                    "node groups need OpenStack-API-Version: container-infra 1.9 or later",
-                );
-            }
-            let Some(ci) = find(s, ident) else {
-                return errors(
-                    404,
-                    "Not Found",
-                    &format!("Cluster {ident} could not be found."),
-                );
-            };
-            advance(s, ci);
-            let c = &s.magnum.clusters[ci];
-            match c
-                .nodegroups
-                .iter()
-                .find(|n| n.spec.name == *ng || n.uuid == *ng)
-            {
-                Some(n) => Answer::json(200, ng_json(c, n)),
-                None => errors(
-                    404,
-                    "Not Found",
-                    &format!("Nodegroup {ng} could not be found."),
-                ),
-            }
-        }
-        (Method::POST, ["clusters", ident, "actions", "resize"]) => {
-            let body = req.body.clone().unwrap_or(Value::Null);
-            let Some(obj) = body.as_object() else {
-                return violation(s, req, "resize needs a JSON object body");
-            };
-            if let Some(k) = obj
-                .keys()
-                .find(|k| !["node_count", "nodes_to_remove", "nodegroup"].contains(&k.as_str()))
-            {
-                return violation(s, req, format!("unknown resize field {k:?}"));
-            }
-            let min = if obj.contains_key("nodegroup") { 9 } else { 7 };
-            if !api_version_ok(req, min) {
-                return violation(
-                    s,
-                    req,
-                    format!("resize needs OpenStack-API-Version: container-infra 1.{min} or later"),
-                );
-            }
-            let Some(count) = obj.get("node_count").and_then(Value::as_u64) else {
-                return violation(s, req, "node_count must be a non-negative integer");
-            };
-            let remove: Vec<String> = match obj.get("nodes_to_remove") {
-                None => Vec::new(),
-                Some(Value::Array(l)) if l.iter().all(Value::is_string) => l
-                    .iter()
-                    .map(|v| v.as_str().unwrap_or("").to_string())
-                    .collect(),
-                Some(_) => {
-                    return violation(s, req, "nodes_to_remove must be a list of server ids");
-                }
-            };
-            let Some(ci) = find(s, ident) else {
-                return errors(
-                    404,
-                    "Not Found",
-                    &format!("Cluster {ident} could not be found."),
-                );
-            };
-            let c = &s.magnum.clusters[ci];
-            let ngi = match obj.get("nodegroup") {
-                Some(Value::String(n)) => match c
-                    .nodegroups
-                    .iter()
-                    .position(|g| g.spec.name == *n || g.uuid == *n)
-                {
-                    Some(i) => i,
-                    None => {
-                        return errors(
-                            404,
-                            "Not Found",
-                            &format!("Nodegroup {n} could not be found."),
-                        );
-                    }
-                },
-                Some(_) => return violation(s, req, "nodegroup must be a string"),
-                None => match c.nodegroups.iter().position(|g| g.spec.role == "worker") {
-                    Some(i) => i,
-                    None => return errors(400, "Bad Request", "no default worker node group"),
-                },
-            };
-            if c.status.ends_with("_IN_PROGRESS") {
-                return errors(
-                    409,
-                    "Conflict",
-                    &format!(
-                        "Cluster {} is in {} status, can not be resized.",
-                        c.name, c.status
-                    ),
-                );
-            }
-            let ng = &c.nodegroups[ngi];
-            if ng.spec.role == "master" {
-                return errors(
-                    400,
-                    "Bad Request",
-                    "Resizing a master nodegroup is not supported.",
-                );
-            }
-            if (count as u32) < ng.spec.min_node_count
-                || ng.spec.max_node_count.is_some_and(|m| count as u32 > m)
-            {
-                return errors(
-                    400,
-                    "Bad Request",
-                    &format!(
-                        "Resizing {} outside the allowed range {}..{:?}",
-                        ng.spec.name, ng.spec.min_node_count, ng.spec.max_node_count
-                    ),
-                );
-            }
-            for r in &remove {
-                if !ng.nodes.iter().any(|(id, _)| id == r) {
-                    return violation(
-                        s,
-                        req,
-                        format!(
-                            "nodes_to_remove entry {r:?} is not a server of node group {}",
-                            ng.spec.name
-                        ),
-                    );
-                }
-            }
-            let uuid = c.uuid.clone();
-            let polls = s.magnum.update_polls;
-            let c = &mut s.magnum.clusters[ci];
-            c.status = "UPDATE_IN_PROGRESS".into();
-            c.reason = String::new();
-            c.nodegroups[ngi].status = "UPDATE_IN_PROGRESS".into();
-            c.pending = Some((ngi, count as u32, remove));
-            c.polls_left = polls;
-            Answer::json(202, json!({ "uuid": uuid }))
-        }
+        (Method::GET, ["clusters", ident, "nodegroups"]) => nodegroups(s, req, ident, None),
+        (Method::GET, ["clusters", ident, "nodegroups", ng]) => nodegroups(s, req, ident, Some(ng)),
+        (Method::POST, ["clusters", ident, "actions", "resize"]) => resize(s, req, ident),
         _ => violation(s, req, "no such Magnum API call"),
     }
+}
+
+fn find_cluster(s: &State, ident: &str) -> Option<usize> {
+    s.magnum
+        .clusters
+        .iter()
+        .position(|c| c.uuid == ident || c.name == ident)
+}
+
+fn no_cluster(ident: &str) -> Answer {
+    errors(
+        404,
+        "Not Found",
+        &format!("Cluster {ident} could not be found."),
+    )
+}
+
+fn no_nodegroup(ng: &str) -> Answer {
+    errors(
+        404,
+        "Not Found",
+        &format!("Nodegroup {ng} could not be found."),
+    )
+}
+
+/// `GET /clusters/{ident}/nodegroups[/{ng}]` (API 1.9 or later).
+fn nodegroups(s: &mut State, req: &Req, ident: &str, ng: Option<&str>) -> Answer {
+    if !api_version_ok(req, 9) {
+        return violation(
+            s,
+            req,
+            "node groups need OpenStack-API-Version: container-infra 1.9 or later",
+        );
+    }
+    let Some(ci) = find_cluster(s, ident) else {
+        return no_cluster(ident);
+    };
+    advance(s, ci);
+    let c = &s.magnum.clusters[ci];
+    let Some(ng) = ng else {
+        let list: Vec<Value> = c.nodegroups.iter().map(|n| ng_json(c, n)).collect();
+        return Answer::json(200, json!({ "nodegroups": list }));
+    };
+    match c
+        .nodegroups
+        .iter()
+        .find(|n| n.spec.name == ng || n.uuid == ng)
+    {
+        Some(n) => Answer::json(200, ng_json(c, n)),
+        None => no_nodegroup(ng),
+    }
+}
+
+/// A resize request's fields: the new count and the servers to remove.
+fn resize_fields(s: &mut State, req: &Req) -> Result<(u64, Vec<String>), Answer> {
+    let body = req.body.clone().unwrap_or(Value::Null);
+    let Some(obj) = body.as_object() else {
+        return Err(violation(s, req, "resize needs a JSON object body"));
+    };
+    if let Some(k) = obj
+        .keys()
+        .find(|k| !["node_count", "nodes_to_remove", "nodegroup"].contains(&k.as_str()))
+    {
+        return Err(violation(s, req, format!("unknown resize field {k:?}")));
+    }
+    let min = if obj.contains_key("nodegroup") { 9 } else { 7 };
+    if !api_version_ok(req, min) {
+        return Err(violation(
+            s,
+            req,
+            format!("resize needs OpenStack-API-Version: container-infra 1.{min} or later"),
+        ));
+    }
+    let Some(count) = obj.get("node_count").and_then(Value::as_u64) else {
+        return Err(violation(
+            s,
+            req,
+            "node_count must be a non-negative integer",
+        ));
+    };
+    let remove: Vec<String> = match obj.get("nodes_to_remove") {
+        None => Vec::new(),
+        Some(Value::Array(l)) if l.iter().all(Value::is_string) => l
+            .iter()
+            .map(|v| v.as_str().unwrap_or("").to_string())
+            .collect(),
+        Some(_) => {
+            return Err(violation(
+                s,
+                req,
+                "nodes_to_remove must be a list of server ids",
+            ));
+        }
+    };
+    Ok((count, remove))
+}
+
+/// The node group a resize names, or the default worker group.
+fn resize_group(s: &mut State, req: &Req, ci: usize) -> Result<usize, Answer> {
+    let body = req.body.clone().unwrap_or(Value::Null);
+    let c = &s.magnum.clusters[ci];
+    match body.get("nodegroup") {
+        Some(Value::String(n)) => c
+            .nodegroups
+            .iter()
+            .position(|g| g.spec.name == *n || g.uuid == *n)
+            .ok_or_else(|| no_nodegroup(n)),
+        Some(_) => Err(violation(s, req, "nodegroup must be a string")),
+        None => c
+            .nodegroups
+            .iter()
+            .position(|g| g.spec.role == "worker")
+            .ok_or_else(|| errors(400, "Bad Request", "no default worker node group")),
+    }
+}
+
+/// `POST /clusters/{ident}/actions/resize`.
+fn resize(s: &mut State, req: &Req, ident: &str) -> Answer {
+    let (count, remove) = match resize_fields(s, req) {
+        Ok(x) => x,
+        Err(a) => return a,
+    };
+    let Some(ci) = find_cluster(s, ident) else {
+        return no_cluster(ident);
+    };
+    let ngi = match resize_group(s, req, ci) {
+        Ok(i) => i,
+        Err(a) => return a,
+    };
+    let c = &s.magnum.clusters[ci];
+    if c.status.ends_with("_IN_PROGRESS") {
+        return errors(
+            409,
+            "Conflict",
+            &format!(
+                "Cluster {} is in {} status, can not be resized.",
+                c.name, c.status
+            ),
+        );
+    }
+    let ng = &c.nodegroups[ngi];
+    if ng.spec.role == "master" {
+        return errors(
+            400,
+            "Bad Request",
+            "Resizing a master nodegroup is not supported.",
+        );
+    }
+    if (count as u32) < ng.spec.min_node_count
+        || ng.spec.max_node_count.is_some_and(|m| count as u32 > m)
+    {
+        return errors(
+            400,
+            "Bad Request",
+            &format!(
+                "Resizing {} outside the allowed range {}..{:?}",
+                ng.spec.name, ng.spec.min_node_count, ng.spec.max_node_count
+            ),
+        );
+    }
+    if let Some(r) = remove
+        .iter()
+        .find(|r| !ng.nodes.iter().any(|(id, _)| id == *r))
+    {
+        let why = format!(
+            "nodes_to_remove entry {r:?} is not a server of node group {}",
+            ng.spec.name
+        );
+        return violation(s, req, why);
+    }
+    let uuid = c.uuid.clone();
+    let polls = s.magnum.update_polls;
+    let c = &mut s.magnum.clusters[ci];
+    c.status = "UPDATE_IN_PROGRESS".into();
+    c.reason = String::new();
+    c.nodegroups[ngi].status = "UPDATE_IN_PROGRESS".into();
+    c.pending = Some((ngi, count as u32, remove));
+    c.polls_left = polls;
+    Answer::json(202, json!({ "uuid": uuid }))
 }
