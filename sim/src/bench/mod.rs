@@ -32,9 +32,9 @@
 
 //!
 //! ## Layout
-//! - [`phases`]: the run, phase by phase.
-//! - [`probes`]: the raw consumer, the memory sampler, settled metrics.
-//! - [`real_node`]: the real `gearshift-node` and its evacuation.
+//! - `phases`: the run, phase by phase.
+//! - `probes`: the raw consumer, the memory sampler, settled metrics.
+//! - `real_node`: the real `gearshift-node` and its evacuation.
 
 mod phases;
 mod probes;

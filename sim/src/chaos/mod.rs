@@ -26,10 +26,10 @@
 
 //!
 //! ## Layout
-//! - [`world`]: the processes, the gear directories, the cloud played from
+//! - `world`: the processes, the gear directories, the cloud played from
 //!   the handler's request log.
-//! - [`rounds`]: one round: saga, fault, end of the saga, inventory checks.
-//! - [`outage`]: the bus outage and its reconnection checks.
+//! - `rounds`: one round: saga, fault, end of the saga, inventory checks.
+//! - `outage`: the bus outage and its reconnection checks.
 
 mod outage;
 mod rounds;

@@ -1,7 +1,7 @@
 //! The simulated fleet: real node agents ([`gearshift_node::Agent`]) with
 //! the `sim` gear runtime, all sharing one [`SimWorld`] so that gears move
 //! between them and can be counted, and a simulated cloud ([`SimCloud`], a
-//! [`Handler`]) that boots a node agent when the broker agent asks for a
+//! [`Handler`](gearshift_handlers::Handler)) that boots a node agent when the broker agent asks for a
 //! node and stops it when it asks for a removal.
 //!
 //! Every node agent is built the way `gearshift-node run` builds one: a
