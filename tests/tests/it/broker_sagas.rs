@@ -7,9 +7,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use gearshift_broker::Agent;
+use gearshift_broker::cli::{self, OperatorKeys};
 use gearshift_broker::config::BrokerConfig;
+use gearshift_broker::status::Status;
 use gearshift_bus::SharedBus;
-use gearshift_proto::msg::DecisionKind;
+use gearshift_proto::msg::{AdminReply, AdminRequest, DecisionKind};
 use gearshift_sim::fleet::{Keys, NodeSpec, SimCloud, SimFleet};
 use gearshift_tests::broker_harness::{
     DecisionWatch, TestBed, eventually, fast_config, instant_cloud,
@@ -83,6 +85,19 @@ async fn stop(c: &Ctx, token: CancellationToken, task: tokio::task::JoinHandle<(
     let _ = &c.bed.nodes_bus;
 }
 
+impl Ctx {
+    /// Starts node agents `<tag>-<suffix>` in `district` (100 active gears
+    /// each) with their started gears; returns their names.
+    fn nodes<const N: usize>(&self, district: &str, nodes: [(&str, u32); N]) -> [String; N] {
+        nodes.map(|(suffix, gears)| {
+            let name = format!("{}-{suffix}", self.tag);
+            let spec = NodeSpec::new(&name, district, "small", 100).with_gears(gears);
+            self.fleet.start_node(&spec).expect("node agent starts");
+            name
+        })
+    }
+}
+
 // --------------------------------------------------------------- scale-up
 
 async fn scale_up_lands_in_the_right_district(transport: &str) {
@@ -92,15 +107,8 @@ async fn scale_up_lands_in_the_right_district(transport: &str) {
     let d2 = format!("{}d2", c.tag);
     // d1: two nodes at 89/100 (178 UIDs used); d2: one node at 70/100 (more free UIDs).
     // The profile is at 248 / 300 = 82.7 % >= 80.
-    c.fleet
-        .start_node(&NodeSpec::new(&format!("{}-a1", c.tag), &d1, "small", 100).with_gears(89))
-        .expect("node agent starts");
-    c.fleet
-        .start_node(&NodeSpec::new(&format!("{}-a2", c.tag), &d1, "small", 100).with_gears(89))
-        .expect("node agent starts");
-    c.fleet
-        .start_node(&NodeSpec::new(&format!("{}-b1", c.tag), &d2, "small", 100).with_gears(70))
-        .expect("node agent starts");
+    c.nodes(&d1, [("a1", 89), ("a2", 89)]);
+    c.nodes(&d2, [("b1", 70)]);
     let (token, task) = start_broker(&c);
     let up = c
         .watch
@@ -144,20 +152,7 @@ async fn full_scale_down_saga(transport: &str) {
     let mut c = setup(transport).await;
     c.cfg.group_defaults.min_nodes = 2;
     let d = format!("{}d1", c.tag);
-    let (n1, n2, n3) = (
-        format!("{}-n1", c.tag),
-        format!("{}-n2", c.tag),
-        format!("{}-n3", c.tag),
-    );
-    c.fleet
-        .start_node(&NodeSpec::new(&n1, &d, "small", 100).with_gears(30))
-        .expect("node agent starts");
-    c.fleet
-        .start_node(&NodeSpec::new(&n2, &d, "small", 100).with_gears(20))
-        .expect("node agent starts");
-    c.fleet
-        .start_node(&NodeSpec::new(&n3, &d, "small", 100).with_gears(5))
-        .expect("node agent starts");
+    let [n1, n2, n3] = c.nodes(&d, [("n1", 30), ("n2", 20), ("n3", 5)]);
     let before = c.fleet.gear_locations();
     assert_eq!(before.len(), 55);
     let (token, task) = start_broker(&c);
@@ -213,20 +208,7 @@ async fn abort_reactivates_the_node(transport: &str) {
     c.cfg.group_defaults.min_nodes = 2;
     c.cfg.saga.evacuation_attempts = 1;
     let d = format!("{}d1", c.tag);
-    let (n1, n2, n3) = (
-        format!("{}-n1", c.tag),
-        format!("{}-n2", c.tag),
-        format!("{}-n3", c.tag),
-    );
-    c.fleet
-        .start_node(&NodeSpec::new(&n1, &d, "small", 100).with_gears(30))
-        .expect("node agent starts");
-    c.fleet
-        .start_node(&NodeSpec::new(&n2, &d, "small", 100).with_gears(20))
-        .expect("node agent starts");
-    c.fleet
-        .start_node(&NodeSpec::new(&n3, &d, "small", 100).with_gears(3))
-        .expect("node agent starts");
+    let [_, _, n3] = c.nodes(&d, [("n1", 30), ("n2", 20), ("n3", 3)]);
     // One gear of n3 can never be moved.
     let stuck = c.fleet.world().gears_of(&n3)[0].id.clone();
     c.fleet.world().fail_next_moves(&stuck, 1_000_000);
@@ -280,20 +262,7 @@ async fn drain_cancel(transport: &str) {
     c.cfg.group_defaults.min_nodes = 2;
     c.cfg.saga.evacuation_parallelism = 1;
     let d = format!("{}d1", c.tag);
-    let (n1, n2, n3) = (
-        format!("{}-n1", c.tag),
-        format!("{}-n2", c.tag),
-        format!("{}-n3", c.tag),
-    );
-    c.fleet
-        .start_node(&NodeSpec::new(&n1, &d, "small", 100).with_gears(40))
-        .expect("node agent starts");
-    c.fleet
-        .start_node(&NodeSpec::new(&n2, &d, "small", 100).with_gears(40))
-        .expect("node agent starts");
-    c.fleet
-        .start_node(&NodeSpec::new(&n3, &d, "small", 100).with_gears(20))
-        .expect("node agent starts");
+    let [n1, n2, n3] = c.nodes(&d, [("n1", 40), ("n2", 40), ("n3", 20)]);
     // Slow moves: the drain of n3 takes about 20 x 400 ms.
     c.fleet.world().set_move_time(Duration::from_millis(400));
     let (token, task) = start_broker(&c);
@@ -344,52 +313,70 @@ async fn broker_drain_cancel_amqp() {
 
 // ------------------------------------------------------- operator commands
 
+/// An operator on the bus: signs admin requests for the broker agent.
+struct Operator {
+    bus: SharedBus,
+    keys: OperatorKeys,
+    admin_key: String,
+}
+
+impl Operator {
+    async fn ask(&self, req: AdminRequest) -> AdminReply {
+        cli::admin_on(
+            &self.bus,
+            &self.keys,
+            "alice",
+            &self.admin_key,
+            req,
+            Duration::from_secs(10),
+        )
+        .await
+        .unwrap()
+    }
+
+    /// The broker agent's status once it knows `nodes` nodes. Its admin
+    /// queue may not exist yet: a request published before it is declared
+    /// is lost, so ask again.
+    async fn status_with(&self, nodes: usize) -> Status {
+        for _ in 0..100 {
+            let r = match cli::admin_on(
+                &self.bus,
+                &self.keys,
+                "alice",
+                &self.admin_key,
+                AdminRequest::Status,
+                Duration::from_secs(2),
+            )
+            .await
+            {
+                Ok(r) => r,
+                Err(cli::CliError::Bus(gearshift_bus::BusError::Timeout { .. })) => continue,
+                Err(e) => panic!("status: {e}"),
+            };
+            assert!(r.ok, "{}", r.message);
+            let s: Status = serde_json::from_value(r.data).unwrap();
+            if s.nodes.len() == nodes {
+                return s;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("status shows {nodes} nodes");
+    }
+}
+
 async fn operator_commands(transport: &str) {
-    use gearshift_broker::cli::{self, OperatorKeys};
-    use gearshift_proto::msg::AdminRequest;
     let mut c = setup(transport).await;
     c.cfg.policy.compact_threshold = gearshift_broker::perkey::PerKey::off();
     let d = format!("{}d1", c.tag);
-    let (n1, n2) = (format!("{}-n1", c.tag), format!("{}-n2", c.tag));
-    c.fleet
-        .start_node(&NodeSpec::new(&n1, &d, "small", 100).with_gears(40))
-        .expect("node agent starts");
-    c.fleet
-        .start_node(&NodeSpec::new(&n2, &d, "small", 100).with_gears(10))
-        .expect("node agent starts");
+    let [n1, n2] = c.nodes(&d, [("n1", 40), ("n2", 10)]);
     let (token, task) = start_broker(&c);
-    let op_keys = c.keys.operator_keys();
-    let key = c.cfg.agent.admin_key.clone();
-    let t = Duration::from_secs(10);
-    let bus = connect(&url_for(transport, &c.tag), &format!("{}-op", c.tag)).await;
+    let op = Operator {
+        bus: connect(&url_for(transport, &c.tag), &format!("{}-op", c.tag)).await,
+        keys: c.keys.operator_keys(),
+        admin_key: c.cfg.agent.admin_key.clone(),
+    };
     // status: both nodes, with the oo-stats figures.
-    let mut status = None;
-    for _ in 0..100 {
-        // The agent's admin queue may not exist yet: a request published
-        // before it is declared is lost, so ask again.
-        let r = match cli::admin_on(
-            &bus,
-            &op_keys,
-            "alice",
-            &key,
-            AdminRequest::Status,
-            Duration::from_secs(2),
-        )
-        .await
-        {
-            Ok(r) => r,
-            Err(cli::CliError::Bus(gearshift_bus::BusError::Timeout { .. })) => continue,
-            Err(e) => panic!("status: {e}"),
-        };
-        assert!(r.ok, "{}", r.message);
-        let s: gearshift_broker::status::Status = serde_json::from_value(r.data).unwrap();
-        if s.nodes.len() == 2 {
-            status = Some(s);
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let s = status.expect("status shows both nodes");
+    let s = op.status_with(2).await;
     let g = s
         .groups
         .iter()
@@ -399,14 +386,34 @@ async fn operator_commands(transport: &str) {
     assert_eq!(g.stats.available_active_gears, 150);
     assert_eq!(g.stats.usage_pct, 25.0);
     assert!(s.render().contains(&d));
-    // `watch` follows decisions, explanations and progress live.
+    evacuate_while_watching(&mut c, &op, &d, &n2).await;
+    // do-not-disrupt, then an evacuation of that node is refused.
+    let dnd = AdminRequest::DoNotDisrupt {
+        node: n1.clone(),
+        on: true,
+    };
+    let r = op.ask(dnd).await;
+    assert!(r.ok, "{}", r.message);
+    let r = op.ask(AdminRequest::Evacuate { node: n1.clone() }).await;
+    assert!(
+        !r.ok && r.message.contains("do-not-disrupt"),
+        "{}",
+        r.message
+    );
+    untrusted_and_ping(&c, &op).await;
+    stop(&c, token, task).await;
+}
+
+/// `evacuate n2`: a saga that ends with n2 removed, which `watch` follows
+/// live (decisions, explanations, progress).
+async fn evacuate_while_watching(c: &mut Ctx, op: &Operator, d: &str, n2: &str) {
     let lines = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
     let stop_watch = CancellationToken::new();
     let watcher = {
-        let bus = bus.clone();
+        let bus = op.bus.clone();
         let lines = lines.clone();
         let stop = stop_watch.clone();
-        let trust = op_keys.brokers.clone();
+        let trust = op.keys.brokers.clone();
         tokio::spawn(async move {
             cli::watch(&bus, &trust, true, |l| lines.lock().unwrap().push(l), stop)
                 .await
@@ -414,105 +421,77 @@ async fn operator_commands(transport: &str) {
         })
     };
     tokio::time::sleep(Duration::from_millis(500)).await;
-    // evacuate n2: a saga that ends with n2 removed.
-    let r = cli::admin_on(
-        &bus,
-        &op_keys,
-        "alice",
-        &key,
-        AdminRequest::Evacuate { node: n2.clone() },
-        t,
-    )
-    .await
-    .unwrap();
+    let r = op
+        .ask(AdminRequest::Evacuate {
+            node: n2.to_string(),
+        })
+        .await;
     assert!(r.ok, "{}", r.message);
-    let op = r.data["op"].as_str().expect("op id").to_string();
+    let op_id = r.data["op"].as_str().expect("op id").to_string();
     let removed = c
         .watch
         .until("removed decision", |x| x.decision == DecisionKind::Removed)
         .await;
-    assert_eq!(removed.op.as_deref(), Some(op.as_str()));
-    assert_eq!(removed.node.as_deref(), Some(n2.as_str()));
-    gearshift_tests::broker_harness::eventually("watch shows the removal", || {
+    assert_eq!(removed.op.as_deref(), Some(op_id.as_str()));
+    assert_eq!(removed.node.as_deref(), Some(n2));
+    eventually("watch shows the removal", || {
         lines
             .lock()
             .unwrap()
             .iter()
-            .any(|l| l.contains("DECISION removed") && l.contains(&op))
+            .any(|l| l.contains("DECISION removed") && l.contains(&op_id))
     })
     .await;
     stop_watch.cancel();
     watcher.await.unwrap();
-    {
-        let l = lines.lock().unwrap();
-        assert!(
-            l.iter().any(|l| l.contains("DECISION scale_down")),
-            "{l:#?}"
-        );
-        assert!(
-            l.iter()
-                .any(|l| l.contains(" progress ") && l.contains(&n2)),
-            "{l:#?}"
-        );
-        assert!(
-            l.iter().any(|l| l.contains(" explain ") && l.contains(&d)),
-            "{l:#?}"
-        );
-        assert!(
-            // Only this test's district: other tests' brokers (other keys)
-            // publish on the same exchange while this one runs.
-            l.iter()
-                .filter(|l| l.contains("DECISION") && l.contains(&d))
-                .all(|l| !l.contains("UNVERIFIED")),
-            "decisions are signed by the broker: {l:#?}"
-        );
-    }
-    // do-not-disrupt, then an evacuation of that node is refused.
-    let r = cli::admin_on(
-        &bus,
-        &op_keys,
-        "alice",
-        &key,
-        AdminRequest::DoNotDisrupt {
-            node: n1.clone(),
-            on: true,
-        },
-        t,
-    )
-    .await
-    .unwrap();
-    assert!(r.ok);
-    let r = cli::admin_on(
-        &bus,
-        &op_keys,
-        "alice",
-        &key,
-        AdminRequest::Evacuate { node: n1.clone() },
-        t,
-    )
-    .await
-    .unwrap();
+    let l = lines.lock().unwrap();
     assert!(
-        !r.ok && r.message.contains("do-not-disrupt"),
-        "{}",
-        r.message
+        l.iter().any(|l| l.contains("DECISION scale_down")),
+        "{l:#?}"
     );
-    // A request signed by an untrusted key is refused.
+    assert!(
+        l.iter().any(|l| l.contains(" progress ") && l.contains(n2)),
+        "{l:#?}"
+    );
+    assert!(
+        l.iter().any(|l| l.contains(" explain ") && l.contains(d)),
+        "{l:#?}"
+    );
+    assert!(
+        // Only this test's district: other tests' brokers (other keys)
+        // publish on the same exchange while this one runs.
+        l.iter()
+            .filter(|l| l.contains("DECISION") && l.contains(d))
+            .all(|l| !l.contains("UNVERIFIED")),
+        "decisions are signed by the broker: {l:#?}"
+    );
+}
+
+/// A request signed by an untrusted key is refused; a ping is answered by
+/// the broker agent, with its round trip.
+async fn untrusted_and_ping(c: &Ctx, op: &Operator) {
+    let t = Duration::from_secs(10);
     let rogue = OperatorKeys {
         signer: gearshift_proto::KeyPair::generate().unwrap(),
-        brokers: op_keys.brokers.clone(),
+        brokers: op.keys.brokers.clone(),
     };
-    let r = cli::admin_on(&bus, &rogue, "mallory", &key, AdminRequest::Status, t)
-        .await
-        .unwrap();
+    let r = cli::admin_on(
+        &op.bus,
+        &rogue,
+        "mallory",
+        &op.admin_key,
+        AdminRequest::Status,
+        t,
+    )
+    .await
+    .unwrap();
     assert!(
         !r.ok && r.message.contains("unknown signing key"),
         "{}",
         r.message
     );
-    // ping: the broker agent and the node agent answer, with round trips.
     let answers = cli::ping(
-        &bus,
+        &op.bus,
         &c.keys.operator,
         "alice",
         Duration::from_secs(2),
@@ -526,7 +505,6 @@ async fn operator_commands(transport: &str) {
         .unwrap_or_else(|| panic!("the broker agent answers ping: {answers:?}"));
     assert_eq!(me.role, "broker");
     assert!(me.rtt < Duration::from_secs(2));
-    stop(&c, token, task).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

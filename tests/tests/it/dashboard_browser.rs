@@ -15,8 +15,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use gearshift_broker::config::GroupConfig;
+use gearshift_broker::config::{BrokerConfig, GroupConfig};
 use gearshift_broker::dashboard::Dashboard;
+use gearshift_broker::status::Status;
 use gearshift_handlers::{
     CreateOutcome, CreateRequest, Handler, HandlerConfig, HandlerError, RemoveOutcome,
     RemoveRequest,
@@ -27,6 +28,7 @@ use gearshift_service::config::Validate;
 use gearshift_sim::demo::config;
 use gearshift_sim::fleet::{Keys, NodeSpec, SimCloud, SimFleet};
 use gearshift_tests::{init_logging, repo_root, unique};
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 /// A cloud with no quota left.
@@ -148,18 +150,11 @@ fn png_idat_bytes(bytes: &[u8]) -> usize {
     total
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn dashboard_in_headless_chromium() {
-    init_logging();
-    let tag = unique("dash");
-    let url = format!("memory://{tag}");
-    let dir = tempfile::tempdir().unwrap();
-    let keys = Keys::generate(&dir.path().join("keys")).unwrap();
-    let token = CancellationToken::new();
-
-    // Nodes: east/small at 25 % (one node will be drained, slowly), west/large full.
-    let ncfg = config::complete_node(config::node_base().unwrap(), &url, 1.0).unwrap();
-    let nodes_bus = gearshift_tests::connect(&url, "nodes").await;
+/// The fleet: east/small at 25 % (one node will be drained, slowly),
+/// west/large full.
+async fn start_fleet(url: &str, keys: &Keys, dir: &Path) -> Arc<SimFleet> {
+    let ncfg = config::complete_node(config::node_base().unwrap(), url, 1.0).unwrap();
+    let nodes_bus = gearshift_tests::connect(url, "nodes").await;
     let world = SimWorld::new();
     world.set_move_time(Duration::from_millis(2500));
     let fleet = SimFleet::new(
@@ -167,29 +162,32 @@ async fn dashboard_in_headless_chromium() {
         nodes_bus,
         ncfg,
         keys.clone(),
-        &dir.path().join("nodes"),
+        &dir.join("nodes"),
     );
-    let spec = NodeSpec::new;
-    for (name, active, idle) in [("node-1", 6, 2), ("node-2", 5, 3), ("node-3", 4, 8)] {
-        let s = spec(name, "east", "small", 20);
+    for (name, district, profile, max, active, idle) in [
+        ("node-1", "east", "small", 20, 6, 2),
+        ("node-2", "east", "small", 20, 5, 3),
+        ("node-3", "east", "small", 20, 4, 8),
+        ("west-1", "west", "large", 10, 10, 0),
+    ] {
+        let s = NodeSpec::new(name, district, profile, max);
         fleet.add_to_world(&s).unwrap();
         add_gears(&world, name, active, idle);
         fleet.start_node(&s).unwrap();
     }
-    let w = spec("west-1", "west", "large", 10);
-    fleet.add_to_world(&w).unwrap();
-    add_gears(&world, "west-1", 10, 0);
-    fleet.start_node(&w).unwrap();
+    fleet
+}
 
-    // The broker agent: the demo's configuration, a second group whose
-    // cloud has no quota, one move at a time.
+/// The demo's broker configuration, a second group whose cloud has no
+/// quota, one move at a time.
+fn broker_config(url: &str, tag: &str, keys: &Keys, dir: &Path) -> BrokerConfig {
     let mut cfg = config::complete_broker(
         config::broker_base().unwrap(),
         &config::BrokerSetup {
             name: "dashboard-broker",
-            state_dir: &dir.path().join("broker"),
-            bus_url: &url,
-            tag: &tag,
+            state_dir: &dir.join("broker"),
+            bus_url: url,
+            tag,
             min_nodes: 1,
             speed: 1.0,
             signing_key: &keys.path("broker.key"),
@@ -210,6 +208,46 @@ async fn dashboard_in_headless_chromium() {
     cfg.saga.evacuation_parallelism = 1;
     cfg.saga.evacuation_timeout = Duration::from_secs(120);
     cfg.validate().expect("valid configuration");
+    cfg
+}
+
+/// Waits until a drain is under way (some gears moved, some left) and west
+/// is exhausted; returns the drained node.
+async fn drain_under_way(status: &mut watch::Receiver<Arc<Status>>) -> String {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let s = status.borrow_and_update().clone();
+        let drain = s.in_flight().find(|o| {
+            o.kind == "scale_down"
+                && o.progress
+                    .is_some_and(|p| p.moved >= 1 && p.moved + 2 < p.total)
+        });
+        let exhausted = s
+            .groups
+            .iter()
+            .any(|g| g.district == "west" && g.exhausted.is_some());
+        if let (Some(d), true) = (drain, exhausted) {
+            return d.node.clone().unwrap();
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no drain in progress with an exhausted group within 60 s: {}",
+            s.render()
+        );
+        let _ = tokio::time::timeout(Duration::from_millis(500), status.changed()).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn dashboard_in_headless_chromium() {
+    init_logging();
+    let tag = unique("dash");
+    let url = format!("memory://{tag}");
+    let dir = tempfile::tempdir().unwrap();
+    let keys = Keys::generate(&dir.path().join("keys")).unwrap();
+    let token = CancellationToken::new();
+    let fleet = start_fleet(&url, &keys, dir.path()).await;
+    let cfg = broker_config(&url, &tag, &keys, dir.path());
     let cloud = SimCloud::new(
         fleet.clone(),
         |i| format!("node-{i}"),
@@ -237,37 +275,25 @@ async fn dashboard_in_headless_chromium() {
             .await
             .unwrap();
     let agent_task = tokio::spawn(agent.run(token.child_token()));
-
-    // Wait until a drain is under way (some gears moved, some left) and west is exhausted.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    let victim = loop {
-        let s = status.borrow_and_update().clone();
-        let drain = s.in_flight().find(|o| {
-            o.kind == "scale_down"
-                && o.progress
-                    .is_some_and(|p| p.moved >= 1 && p.moved + 2 < p.total)
-        });
-        let exhausted = s
-            .groups
-            .iter()
-            .any(|g| g.district == "west" && g.exhausted.is_some());
-        if let (Some(d), true) = (drain, exhausted) {
-            break d.node.clone().unwrap();
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "no drain in progress with an exhausted group within 60 s: {}",
-            s.render()
-        );
-        let _ = tokio::time::timeout(Duration::from_millis(500), status.changed()).await;
-    };
+    let victim = drain_under_way(&mut status).await;
     assert_eq!(victim, "node-3", "the least busy node is drained");
 
-    // The page, in Chromium.
     let page = format!("http://{addr}/");
     let profile = tempfile::tempdir().unwrap();
-    let p = profile.path().to_path_buf();
-    let page2 = page.clone();
+    check_page(&page, profile.path()).await;
+    check_screenshot(&page, profile.path()).await;
+    check_metrics_and_api(&addr.to_string()).await;
+
+    token.cancel();
+    let _ = tokio::time::timeout(Duration::from_secs(10), agent_task).await;
+    fleet.stop_all().await;
+}
+
+/// The page's DOM, in Chromium: groups, decisions, the drain's progress,
+/// the exhausted group, explanations.
+async fn check_page(page: &str, profile: &Path) {
+    let p = profile.to_path_buf();
+    let page2 = page.to_string();
     let dom = tokio::task::spawn_blocking(move || browse(&page2, &["--dump-dom".into()], &p))
         .await
         .unwrap();
@@ -305,11 +331,14 @@ async fn dashboard_in_headless_chromium() {
     assert!(exhausted.contains("west/large"), "{exhausted}");
     assert!(exhausted.contains("Quota exceeded"), "{exhausted}");
     assert!(dom.contains("class=\"expl\""), "explanations:\n{dom}");
+}
 
-    // A screenshot of the same page.
-    let shot = profile.path().join("dashboard.png");
-    let p = profile.path().join("profile2");
+/// A screenshot of the same page: its size, and not blank.
+async fn check_screenshot(page: &str, profile: &Path) {
+    let shot = profile.join("dashboard.png");
+    let p = profile.join("profile2");
     let arg = format!("--screenshot={}", shot.display());
+    let page = page.to_string();
     tokio::task::spawn_blocking(move || browse(&page, &[arg], &p))
         .await
         .unwrap();
@@ -327,8 +356,10 @@ async fn dashboard_in_headless_chromium() {
         std::fs::copy(&shot, &dest).unwrap();
         eprintln!("screenshot saved to {}", dest.display());
     }
+}
 
-    // /metrics on the same listener.
+/// `/metrics` and `/api/dashboard` on the same listener.
+async fn check_metrics_and_api(addr: &str) {
     let text = reqwest::get(format!("http://{addr}/metrics"))
         .await
         .unwrap()
@@ -359,8 +390,4 @@ async fn dashboard_in_headless_chromium() {
         .unwrap();
     assert_eq!(api["status"]["nodes"].as_array().unwrap().len(), 4);
     assert_eq!(api["exhausted"][0]["district"], "west");
-
-    token.cancel();
-    let _ = tokio::time::timeout(Duration::from_secs(10), agent_task).await;
-    fleet.stop_all().await;
 }

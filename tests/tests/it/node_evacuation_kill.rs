@@ -9,12 +9,14 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use gearshift_node::runtime::dir::{Manifest, manifest};
+use gearshift_proto::Envelope;
 use gearshift_proto::msg::{CommandResult, Evacuate, GearOutcome, Message, Move};
-use gearshift_tests::node_harness::{Controller, Keys, unique};
+use gearshift_tests::node_harness::{Controller, Keys, Verified, unique};
 use gearshift_tests::node_process::{NodeProcess, write_file};
 use gearshift_tests::{amqp_url, init_logging, stomp_url};
 use rand::{Rng, RngCore, SeedableRng};
 use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
 
 const GEARS: usize = 50;
 const KILLS: u32 = 6;
@@ -82,33 +84,10 @@ fn entries(dir: &Path) -> Vec<String> {
     v
 }
 
-async fn evacuation_survives_sigkill(url: &str) {
-    init_logging();
-    let seed: u64 = rand::rng().random();
-    println!("seed {seed}");
-    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-    let keys = Keys::new();
-    let ctl = Controller::connect(url, keys.clone()).await;
-    let base = tempfile::tempdir().unwrap();
-    let base = base.path();
-    let node = unique("n-kill-");
-    let targets: Vec<String> = (0..TARGETS).map(|i| format!("{node}-t{i}")).collect();
-    for n in std::iter::once(&node).chain(&targets) {
-        std::fs::create_dir_all(gear_dir(base, n)).unwrap();
-    }
-    let want = make_gears(&gear_dir(base, &node), &mut rng);
-    let plan: BTreeMap<String, String> = want
-        .keys()
-        .enumerate()
-        .map(|(i, g)| (g.clone(), targets[i % TARGETS].clone()))
-        .collect();
-
-    // Keys and configuration of the node.
-    let (_, node_pub, node_key) =
-        gearshift_service::keys::write_keypair(base, "node", false).unwrap();
-    let _ = node_pub;
-    write_file(base, "broker.pub", &keys.broker.public_pem());
-    let config = write_file(
+/// The node's `node.toml` in `base`: the `dir` runtime, fast reports and
+/// retries, a slow copy (so that kills land mid-move), a 3 s grace.
+fn write_node_config(base: &Path, node: &str, url: &str) -> PathBuf {
+    write_file(
         base,
         "node.toml",
         &format!(
@@ -143,42 +122,114 @@ shutdown_grace = "3s"
 "#,
             base = base.display()
         ),
-    );
+    )
+}
+
+/// What the test evacuates and where each gear goes.
+struct Setup {
+    node: String,
+    targets: Vec<String>,
+    want: BTreeMap<String, Manifest>,
+    plan: BTreeMap<String, String>,
+}
+
+/// The node's gear directories (with random gears) and its targets'.
+fn setup(base: &Path, rng: &mut impl RngCore) -> Setup {
+    let node = unique("n-kill-");
+    let targets: Vec<String> = (0..TARGETS).map(|i| format!("{node}-t{i}")).collect();
+    for n in std::iter::once(&node).chain(&targets) {
+        std::fs::create_dir_all(gear_dir(base, n)).unwrap();
+    }
+    let want = make_gears(&gear_dir(base, &node), rng);
+    let plan: BTreeMap<String, String> = want
+        .keys()
+        .enumerate()
+        .map(|(i, g)| (g.clone(), targets[i % TARGETS].clone()))
+        .collect();
+    Setup {
+        node,
+        targets,
+        want,
+        plan,
+    }
+}
+
+async fn evacuation_survives_sigkill(url: &str) {
+    init_logging();
+    let seed: u64 = rand::rng().random();
+    println!("seed {seed}");
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let keys = Keys::new();
+    let ctl = Controller::connect(url, keys.clone()).await;
+    let base = tempfile::tempdir().unwrap();
+    let base = base.path();
+    let su = setup(base, &mut rng);
+    let node = &su.node;
+
+    // Keys and configuration of the node.
+    let (_, _, node_key) = gearshift_service::keys::write_keypair(base, "node", false).unwrap();
+    write_file(base, "broker.pub", &keys.broker.public_pem());
+    let config = write_node_config(base, node, url);
     let mut proc = NodeProcess::new(config.clone(), base.join("node.log"));
-    ctl.prepare(&node).await;
-    let mut events = ctl.events(&node, &node_key).await;
+    ctl.prepare(node).await;
+    let mut events = ctl.events(node, &node_key).await;
 
     proc.start();
-    let moves: Vec<Move> = plan
+    let moves: Vec<Move> = su
+        .plan
         .iter()
         .map(|(g, t)| Move {
             gear: g.clone(),
             target: t.clone(),
         })
         .collect();
-    let cmd = ctl
-        .send(
-            &node,
-            Evacuate {
-                moves,
-                parallelism: None,
-                deadline: None,
-            },
-            Some("kill-test"),
-        )
-        .await;
+    let evacuate = Evacuate {
+        moves,
+        parallelism: None,
+        deadline: None,
+    };
+    let cmd = ctl.send(node, evacuate, Some("kill-test")).await;
+    let done = kill_until_done(&mut proc, &mut events, cmd, &mut rng, base, &su).await;
+    let done = match done {
+        Some(d) => d,
+        None => wait_done(&proc, &mut events, cmd).await,
+    };
+    assert_eq!(done.corr.as_deref(), Some("kill-test"));
+    check_result(&done, &su.plan);
+    check_arrivals(base, &su);
+    check_status(&config);
+    assert_eq!(
+        proc.terminate(Duration::from_secs(20)),
+        Some(0),
+        "clean exit on SIGTERM"
+    );
+    let log = std::fs::read_to_string(base.join("node.log")).unwrap();
+    let resumed = log.matches("resuming an interrupted evacuation").count();
+    println!("the evacuation was resumed {resumed} times");
+    assert!(
+        resumed >= 1,
+        "at least one restart resumed the evacuation from its checkpoint"
+    );
+}
 
-    // Kill it at random moments, restarting each time; check on the way
-    // that no gear is ever lost.
+/// Kills the agent at random moments, restarting each time and checking
+/// on the way that no gear is ever lost; once, a SIGTERM instead. Returns
+/// the `event.done` if it came before the last kill.
+async fn kill_until_done(
+    proc: &mut NodeProcess,
+    events: &mut Verified,
+    cmd: Uuid,
+    rng: &mut impl RngCore,
+    base: &Path,
+    su: &Setup,
+) -> Option<Envelope> {
     let mut done = None;
     let mut kills = 0;
     let mut progress_seen = 0;
     while kills < KILLS {
         let wait = Duration::from_millis(rng.random_range(200..1000));
         let until = tokio::time::Instant::now() + wait;
-        while let Ok(Ok(Some(d))) =
-            tokio::time::timeout_at(until, events_next_raw(&mut events)).await
-        {
+        while let Ok(Ok(Some(d))) = tokio::time::timeout_at(until, events_next_raw(events)).await {
             match &d.msg {
                 Message::Progress(p) if p.cmd == cmd => progress_seen += 1,
                 Message::Done(x) if x.cmd == cmd => done = Some(d.clone()),
@@ -205,7 +256,7 @@ shutdown_grace = "3s"
             proc.kill();
         }
         kills += 1;
-        assert_nothing_lost(base, &node, &plan, &want);
+        assert_nothing_lost(base, &su.node, &su.plan, &su.want);
         proc.start();
     }
     println!("killed {kills} times; {progress_seen} progress events seen before the last restart");
@@ -213,26 +264,28 @@ shutdown_grace = "3s"
         kills >= 3,
         "the agent was killed at least 3 times before it finished (killed {kills} times)"
     );
+    done
+}
 
-    let done = match done {
-        Some(d) => d,
-        None => {
-            let started = Instant::now();
-            let d = tokio::time::timeout(
-                Duration::from_secs(180),
-                events.until(
-                    Duration::from_secs(180),
-                    "event.done of the evacuation",
-                    |e| matches!(&e.msg, Message::Done(x) if x.cmd == cmd),
-                ),
-            )
-            .await
-            .unwrap_or_else(|_| panic!("no event.done\n{}", proc.log_tail()));
-            println!("finished {:?} after the last restart", started.elapsed());
-            d
-        }
-    };
-    assert_eq!(done.corr.as_deref(), Some("kill-test"));
+/// The `event.done` of the evacuation, within 180 s of the last restart.
+async fn wait_done(proc: &NodeProcess, events: &mut Verified, cmd: Uuid) -> Envelope {
+    let started = Instant::now();
+    let d = tokio::time::timeout(
+        Duration::from_secs(180),
+        events.until(
+            Duration::from_secs(180),
+            "event.done of the evacuation",
+            |e| matches!(&e.msg, Message::Done(x) if x.cmd == cmd),
+        ),
+    )
+    .await
+    .unwrap_or_else(|_| panic!("no event.done\n{}", proc.log_tail()));
+    println!("finished {:?} after the last restart", started.elapsed());
+    d
+}
+
+/// Every gear moved (or already moved) to its planned target.
+fn check_result(done: &Envelope, plan: &BTreeMap<String, String>) {
     match &done.msg {
         Message::Done(d) => match &d.result {
             CommandResult::Evacuated {
@@ -259,37 +312,41 @@ shutdown_grace = "3s"
         },
         other => panic!("{other:?}"),
     }
+}
 
-    // Every gear exactly once, at its target, identical; no leftovers.
+/// Every gear exactly once, at its target, identical; no leftovers.
+fn check_arrivals(base: &Path, su: &Setup) {
     assert!(
-        entries(&gear_dir(base, &node)).is_empty(),
+        entries(&gear_dir(base, &su.node)).is_empty(),
         "source left with {:?}",
-        entries(&gear_dir(base, &node))
+        entries(&gear_dir(base, &su.node))
     );
     let mut seen: BTreeMap<String, u32> = BTreeMap::new();
-    for t in &targets {
+    for t in &su.targets {
         for name in entries(&gear_dir(base, t)) {
             assert!(!name.starts_with('.'), "leftover {name} at {t}");
             *seen.entry(name.clone()).or_default() += 1;
             assert_eq!(
-                plan.get(&name),
+                su.plan.get(&name),
                 Some(t),
                 "gear {name} at the wrong node {t}"
             );
             let m = manifest(&gear_dir(base, t).join(&name), &CancellationToken::new()).unwrap();
             assert_eq!(
-                m, want[&name],
+                m, su.want[&name],
                 "gear {name}: content differs after the move"
             );
         }
     }
     assert_eq!(seen.len(), GEARS, "every gear arrived");
     assert!(seen.values().all(|n| *n == 1), "each gear exactly once");
+}
 
-    // status reads the state directory while the agent runs.
+/// `gearshift-node status` reads the state directory while the agent runs.
+fn check_status(config: &Path) {
     let out = std::process::Command::new(gearshift_tests::node_process::node_binary())
         .args(["status", "--json", "--config"])
-        .arg(&config)
+        .arg(config)
         .output()
         .unwrap();
     assert!(
@@ -301,24 +358,9 @@ shutdown_grace = "3s"
     assert_eq!(st["agent_running"], true);
     assert_eq!(st["operation"], serde_json::Value::Null);
     assert_eq!(st["last_operation"]["moved"], GEARS);
-
-    assert_eq!(
-        proc.terminate(Duration::from_secs(20)),
-        Some(0),
-        "clean exit on SIGTERM"
-    );
-    let log = std::fs::read_to_string(base.join("node.log")).unwrap();
-    let resumed = log.matches("resuming an interrupted evacuation").count();
-    println!("the evacuation was resumed {resumed} times");
-    assert!(
-        resumed >= 1,
-        "at least one restart resumed the evacuation from its checkpoint"
-    );
 }
 
-async fn events_next_raw(
-    events: &mut gearshift_tests::node_harness::Verified,
-) -> Result<Option<gearshift_proto::Envelope>, ()> {
+async fn events_next_raw(events: &mut Verified) -> Result<Option<Envelope>, ()> {
     Ok(Some(events.next(Duration::from_secs(3600)).await))
 }
 

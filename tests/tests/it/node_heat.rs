@@ -11,12 +11,13 @@ use std::time::Duration;
 
 use gearshift_node::config::{CredentialSource, HeatSection, RemoveAction};
 use gearshift_node::heat::HeatSignaller;
+use gearshift_proto::Envelope;
 use gearshift_proto::msg::{CommandResult, Deactivate, HeatAction, HeatSignal, Message, Remove};
 use gearshift_tests::fake_openstack::{
     FakeOpenStack, FakeStack, PASSWORD, PROJECT_ID, PROJECT_NAME, USERNAME,
 };
 use gearshift_tests::node_harness::{
-    Controller, Keys, Running, WAIT, agent_config, connect, state_dir, temp_dir, unique,
+    Controller, Keys, Running, Verified, WAIT, agent_config, connect, state_dir, temp_dir, unique,
 };
 use gearshift_tests::node_process::{node_binary, write_file};
 use gearshift_tests::node_scenarios::sim_world;
@@ -83,42 +84,80 @@ fn heat_requests(os: &FakeOpenStack) -> Vec<gearshift_tests::fake_openstack::Rec
         .collect()
 }
 
+/// A node agent with a Heat signaller for `s`'s stack, and its controller.
+struct HeatNode {
+    ctl: Controller,
+    node: String,
+    events: Verified,
+    running: Running,
+    _dir: tempfile::TempDir,
+}
+
+impl HeatNode {
+    async fn start(url: &str, s: &Setup, prefix: &str, remove_action: RemoveAction) -> HeatNode {
+        let keys = Keys::new();
+        let ctl = Controller::connect(url, keys.clone()).await;
+        let node = unique(prefix);
+        let node_key = gearshift_proto::KeyPair::generate().unwrap();
+        let dir = temp_dir();
+        let (_w, rt, _) = sim_world(&node, 0);
+        let mut cfg = agent_config(&node, &node_key, &keys, &state_dir(dir.path(), &node));
+        cfg.remove_action = remove_action;
+        cfg.signaller = Some(Arc::new(HeatSignaller::new(&s.heat, &node).unwrap()));
+        ctl.prepare(&node).await;
+        let events = ctl.events(&node, &node_key).await;
+        let running = Running::start(cfg, connect(url, &node).await, rt);
+        HeatNode {
+            ctl,
+            node,
+            events,
+            running,
+            _dir: dir,
+        }
+    }
+
+    /// Sends `cmd.heat_signal` and returns the command's outcome.
+    async fn signal(&mut self, action: HeatAction, reason: &str) -> Envelope {
+        let signal = HeatSignal {
+            action,
+            reason: reason.to_string(),
+        };
+        let id = self.ctl.send(&self.node, signal, Some("op-h")).await;
+        self.events.outcome(id, WAIT).await
+    }
+}
+
 async fn heat_actions(url: &str) {
     init_logging();
     let s = setup().await;
-    let keys = Keys::new();
-    let ctl = Controller::connect(url, keys.clone()).await;
-    let node = unique("n-heat-");
-    let node_key = gearshift_proto::KeyPair::generate().unwrap();
-    let dir = temp_dir();
-    let (_w, rt, _) = sim_world(&node, 0);
-    let mut cfg = agent_config(&node, &node_key, &keys, &state_dir(dir.path(), &node));
-    cfg.signaller = Some(Arc::new(HeatSignaller::new(&s.heat, &node).unwrap()));
-    ctl.prepare(&node).await;
-    let mut events = ctl.events(&node, &node_key).await;
-    let running = Running::start(cfg, connect(url, &node).await, rt);
+    let mut n = HeatNode::start(url, &s, "n-heat-", RemoveAction::default()).await;
+    alarm_urls(&s, &mut n).await;
+    native_signal(&s, &mut n).await;
+    mark_unhealthy(&s, &mut n).await;
+    heat_errors(&s, &mut n).await;
+    s.os.assert_no_violations();
+    n.running.stop().await;
+}
 
-    let signal = |action, reason: &str| HeatSignal {
-        action,
-        reason: reason.to_string(),
-    };
+/// scale_up and scale_down: POST the pre-signed alarm_url, no token, no body.
+async fn alarm_urls(s: &Setup, n: &mut HeatNode) {
     let (sname, sid) = s.stack.split_once('/').unwrap();
-
-    // scale_up and scale_down: POST the pre-signed alarm_url, no token, no body.
     for (action, policy) in [
         (HeatAction::ScaleUp, "scale_up"),
         (HeatAction::ScaleDown, "scale_down"),
     ] {
         s.os.clear_requests();
-        let id = ctl
-            .send(&node, signal(action, "capacity"), Some("op-h"))
-            .await;
-        let ack = events.next(WAIT).await;
+        let signal = HeatSignal {
+            action,
+            reason: "capacity".into(),
+        };
+        let id = n.ctl.send(&n.node, signal, Some("op-h")).await;
+        let ack = n.events.next(WAIT).await;
         assert!(
             matches!(&ack.msg, Message::Ack(a) if a.cmd == id),
             "{ack:?}"
         );
-        let out = events.outcome(id, WAIT).await;
+        let out = n.events.outcome(id, WAIT).await;
         match &out.msg {
             Message::Done(d) => match &d.result {
                 CommandResult::HeatSignalled {
@@ -160,13 +199,13 @@ async fn heat_actions(url: &str) {
     let sigs = s.os.signals();
     assert_eq!(sigs.len(), 2);
     assert!(sigs.iter().all(|x| x.via == "alarm_url"));
+}
 
-    // signal: a Keystone v3 token, then POST signal_url with it and a JSON body.
+/// signal: a Keystone v3 token, then POST signal_url with it and a JSON body.
+async fn native_signal(s: &Setup, n: &mut HeatNode) {
+    let (sname, sid) = s.stack.split_once('/').unwrap();
     s.os.clear_requests();
-    let id = ctl
-        .send(&node, signal(HeatAction::Signal, "node full"), Some("op-h"))
-        .await;
-    let out = events.outcome(id, WAIT).await;
+    let out = n.signal(HeatAction::Signal, "node full").await;
     assert!(matches!(&out.msg, Message::Done(_)), "{out:?}");
     let tok = token_requests(&s.os);
     assert_eq!(tok.len(), 1);
@@ -192,18 +231,13 @@ async fn heat_actions(url: &str) {
             .unwrap_or_default()
             .starts_with("application/json")
     );
-    assert_eq!(r.body, Some(json!({"host": node, "reason": "node full"})));
+    assert_eq!(r.body, Some(json!({"host": n.node, "reason": "node full"})));
+}
 
-    // mark_unhealthy: PATCH the member with the documented body.
+/// mark_unhealthy: PATCH the member with the documented body.
+async fn mark_unhealthy(s: &Setup, n: &mut HeatNode) {
     s.os.clear_requests();
-    let id = ctl
-        .send(
-            &node,
-            signal(HeatAction::MarkUnhealthy, "node drained"),
-            Some("op-h"),
-        )
-        .await;
-    let out = events.outcome(id, WAIT).await;
+    let out = n.signal(HeatAction::MarkUnhealthy, "node drained").await;
     assert!(matches!(&out.msg, Message::Done(_)), "{out:?}");
     let reqs = heat_requests(&s.os);
     assert_eq!(reqs.len(), 1, "{reqs:?}");
@@ -231,8 +265,11 @@ async fn heat_actions(url: &str) {
         (m.status.as_str(), m.reason.as_str()),
         ("CHECK_FAILED", "node drained")
     );
+}
 
-    // Errors come back with Heat's status: a busy stack (409, retryable)...
+/// Errors come back with Heat's status: a busy stack (409, retryable) and
+/// a refused pre-signed URL (400, not retryable).
+async fn heat_errors(s: &Setup, n: &mut HeatNode) {
     s.os.fail_next(
         "PATCH",
         "/resources/",
@@ -241,14 +278,7 @@ async fn heat_actions(url: &str) {
                "error": {"message": "Stack paas-nodes already has an action (UPDATE) in progress.",
                          "traceback": null, "type": "ActionInProgress"}, "title": "Conflict"}),
     );
-    let id = ctl
-        .send(
-            &node,
-            signal(HeatAction::MarkUnhealthy, "again"),
-            Some("op-h"),
-        )
-        .await;
-    match &events.outcome(id, WAIT).await.msg {
+    match &n.signal(HeatAction::MarkUnhealthy, "again").await.msg {
         Message::Failed(f) => {
             assert_eq!(f.http_status, Some(409));
             assert!(f.retryable, "a busy stack may accept later");
@@ -256,25 +286,19 @@ async fn heat_actions(url: &str) {
         }
         other => panic!("{other:?}"),
     }
-    // ...and a refused pre-signed URL (400, not retryable).
     s.os.fail_next(
         "POST",
         "/heat-cfn/v1/signal/",
         400,
         json!({"Error": {"Code": "InvalidParameterValue", "Message": "Signature mismatch", "Type": "Sender"}}),
     );
-    let id = ctl
-        .send(&node, signal(HeatAction::ScaleUp, "more"), Some("op-h"))
-        .await;
-    match &events.outcome(id, WAIT).await.msg {
+    match &n.signal(HeatAction::ScaleUp, "more").await.msg {
         Message::Failed(f) => {
             assert_eq!(f.http_status, Some(400));
             assert!(!f.retryable);
         }
         other => panic!("{other:?}"),
     }
-    s.os.assert_no_violations();
-    running.stop().await;
 }
 
 /// `cmd.remove` with `remove_action = "mark_unhealthy"` marks exactly this
@@ -282,31 +306,18 @@ async fn heat_actions(url: &str) {
 async fn remove_marks_unhealthy(url: &str) {
     init_logging();
     let s = setup().await;
-    let keys = Keys::new();
-    let ctl = Controller::connect(url, keys.clone()).await;
-    let node = unique("n-heatrm-");
-    let node_key = gearshift_proto::KeyPair::generate().unwrap();
-    let dir = temp_dir();
-    let (_w, rt, _) = sim_world(&node, 0);
-    let mut cfg = agent_config(&node, &node_key, &keys, &state_dir(dir.path(), &node));
-    cfg.remove_action = RemoveAction::MarkUnhealthy;
-    cfg.signaller = Some(Arc::new(HeatSignaller::new(&s.heat, &node).unwrap()));
-    ctl.prepare(&node).await;
-    let mut events = ctl.events(&node, &node_key).await;
-    let running = Running::start(cfg, connect(url, &node).await, rt);
-    let id = ctl.send(&node, Deactivate::default(), Some("sd-9")).await;
-    events.outcome(id, WAIT).await;
-    s.os.clear_requests();
-    let id = ctl
-        .send(
-            &node,
-            Remove {
-                reason: "scale-down sd-9".into(),
-            },
-            Some("sd-9"),
-        )
+    let mut n = HeatNode::start(url, &s, "n-heatrm-", RemoveAction::MarkUnhealthy).await;
+    let id = n
+        .ctl
+        .send(&n.node, Deactivate::default(), Some("sd-9"))
         .await;
-    let out = events.outcome(id, WAIT).await;
+    n.events.outcome(id, WAIT).await;
+    s.os.clear_requests();
+    let remove = Remove {
+        reason: "scale-down sd-9".into(),
+    };
+    let id = n.ctl.send(&n.node, remove, Some("sd-9")).await;
+    let out = n.events.outcome(id, WAIT).await;
     match &out.msg {
         Message::Done(d) => match &d.result {
             CommandResult::Removed { action, detail } => {
@@ -323,7 +334,7 @@ async fn remove_marks_unhealthy(url: &str) {
         reqs[0].body,
         Some(json!({"mark_unhealthy": true, "resource_status_reason": "scale-down sd-9"}))
     );
-    assert_eq!(running.join().await, gearshift_node::RunExit::Removed);
+    assert_eq!(n.running.join().await, gearshift_node::RunExit::Removed);
     s.os.assert_no_violations();
 }
 
@@ -347,6 +358,28 @@ async fn stomp_remove_marks_unhealthy() {
     remove_marks_unhealthy(&stomp_url()).await;
 }
 
+/// Runs `gearshift-node <args> --config <config>` with only `env`.
+async fn node_cli(
+    config: &Path,
+    env: Vec<(String, String)>,
+    args: &[&str],
+) -> std::process::Output {
+    let (bin, cfg) = (node_binary(), config.to_path_buf());
+    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    tokio::task::spawn_blocking(move || {
+        std::process::Command::new(bin)
+            .args(&args)
+            .arg("--config")
+            .arg(&cfg)
+            .env_clear()
+            .envs(env)
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap()
+}
+
 /// `gearshift-node heat-signal` by hand, with `OS_*` credentials from the environment.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn heat_signal_subcommand() {
@@ -363,27 +396,7 @@ async fn heat_signal_subcommand() {
             s.os.alarm_url(&s.stack, "scale_up"),
         ),
     );
-    let bin = node_binary();
-    let run = |args: &[&str]| {
-        let cfg = config.clone();
-        let env = s.os.env_vars();
-        let bin = bin.clone();
-        let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
-        async move {
-            tokio::task::spawn_blocking(move || {
-                std::process::Command::new(bin)
-                    .args(&args)
-                    .arg("--config")
-                    .arg(&cfg)
-                    .env_clear()
-                    .envs(env)
-                    .output()
-                    .unwrap()
-            })
-            .await
-            .unwrap()
-        }
-    };
+    let run = |args: &'static [&'static str]| node_cli(&config, s.os.env_vars(), args);
     // Dry run: prints the request, sends nothing.
     let out = run(&["heat-signal", "signal", "--dry-run", "--reason", "test"]).await;
     assert!(
@@ -413,8 +426,16 @@ async fn heat_signal_subcommand() {
         Some(json!({"host": "node-7.example.com", "reason": "by hand"}))
     );
     assert_eq!(token_requests(&s.os).len(), 1);
+    subcommand_errors(&s, &run).await;
+}
 
-    // An error answer: non-zero exit, with the HTTP status in the message.
+/// An error answer: non-zero exit, with the HTTP status in the message;
+/// not configured: a usage error before any request.
+async fn subcommand_errors<F, Fut>(s: &Setup, run: &F)
+where
+    F: Fn(&'static [&'static str]) -> Fut,
+    Fut: std::future::Future<Output = std::process::Output>,
+{
     s.os.fail_next(
         "POST",
         "/heat-cfn/v1/signal/",
@@ -425,8 +446,6 @@ async fn heat_signal_subcommand() {
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("HTTP 403"), "{err}");
-
-    // Not configured: a usage error before any request.
     s.os.clear_requests();
     let out = run(&["heat-signal", "mark_unhealthy"]).await;
     assert_eq!(out.status.code(), Some(2));
