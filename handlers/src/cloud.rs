@@ -1,5 +1,5 @@
 //! What the OpenStack handlers share: a session from
-//! [`OpenStackAuth`](crate::config::OpenStackAuth), the one mapping from
+//! [`OpenStackAuth`], the one mapping from
 //! [`CloudError`] to [`HandlerError`], and host-to-server-name mapping.
 
 use gearshift_cloud::auth::Interface;

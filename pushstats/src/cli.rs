@@ -81,7 +81,7 @@ pub struct PushStatsArgs {
     /// Push a node's whole metric set from a saved NodeReport (JSON).
     #[arg(long, value_name = "FILE")]
     pub from_report: Option<PathBuf>,
-    /// Take targets and dimensions from the [push_stats] section of an
+    /// Take targets and dimensions from the `[push_stats]` section of an
     /// agent's configuration file (options below override it).
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
