@@ -212,13 +212,6 @@ impl DecisionWatch {
 }
 
 /// Waits until `f` is true, polling; panics with `what` after [`WAIT`].
-pub async fn eventually(what: &str, mut f: impl FnMut() -> bool) {
-    let deadline = tokio::time::Instant::now() + WAIT;
-    while !f() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+pub async fn eventually(what: &str, f: impl FnMut() -> bool) {
+    crate::node_harness::wait_until(WAIT, what, f).await
 }

@@ -2,7 +2,7 @@
 //! their comments say, and `gearshift-broker place` (run_place) asks a
 //! placement service over the bus with key files.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -163,6 +163,30 @@ fn placer_command() {
     );
 }
 
+/// `place --bus URL --key KEY --broker-pub PUB --timeout 5s` and `extra`,
+/// parsed as the command line parses them.
+fn place_args(url: &str, key: &Path, broker_pub: &Path, extra: &[&str]) -> PlaceArgs {
+    use clap::Parser;
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        place: PlaceArgs,
+    }
+    let mut v = vec![
+        "place".to_string(),
+        "--bus".into(),
+        url.to_string(),
+        "--key".into(),
+        key.display().to_string(),
+        "--broker-pub".into(),
+        broker_pub.display().to_string(),
+        "--timeout".into(),
+        "5s".into(),
+    ];
+    v.extend(extra.iter().map(|s| s.to_string()));
+    Cli::try_parse_from(v).unwrap().place
+}
+
 #[tokio::test]
 async fn run_place_asks_the_service_with_key_files() {
     let dir = tempfile::tempdir().unwrap();
@@ -195,27 +219,7 @@ async fn run_place_asks_the_service_with_key_files() {
             ..Default::default()
         },
     ));
-    let args = |extra: &[&str]| -> PlaceArgs {
-        use clap::Parser;
-        #[derive(Parser)]
-        struct Cli {
-            #[command(flatten)]
-            place: PlaceArgs,
-        }
-        let mut v = vec![
-            "place".to_string(),
-            "--bus".into(),
-            url.clone(),
-            "--key".into(),
-            op_key.display().to_string(),
-            "--broker-pub".into(),
-            broker_pub.display().to_string(),
-            "--timeout".into(),
-            "5s".into(),
-        ];
-        v.extend(extra.iter().map(|s| s.to_string()));
-        Cli::try_parse_from(v).unwrap().place
-    };
+    let args = |extra: &[&str]| place_args(&url, &op_key, &broker_pub, extra);
     tokio::time::timeout(Duration::from_secs(10), ready.notified())
         .await
         .expect("service ready");

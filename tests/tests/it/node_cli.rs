@@ -156,9 +156,59 @@ fn run_status_metrics_reload_and_stop() {
     write_file(d, "broker.pub", &broker.public_pem());
     let port = free_port();
     let cfg = write_file(d, "node.toml", &config(d, port, "500ms"));
-    let cfg_s = cfg.to_str().unwrap().to_string();
     let mut node = NodeProcess::new(cfg.clone(), d.join("node.log"));
     node.start();
+    check_status(&cfg);
+    // A second agent on the same state directory is refused.
+    let mut second = NodeProcess::new(cfg.clone(), d.join("second.log"));
+    second.start();
+    wait_for(Duration::from_secs(30), "the second agent to exit", || {
+        second.exited().is_some()
+    });
+    assert_eq!(second.exited(), Some(Some(1)));
+    assert!(
+        second.log_tail().contains("in use by another agent"),
+        "{}",
+        second.log_tail()
+    );
+    drop(second);
+
+    // Metrics.
+    wait_for(Duration::from_secs(30), "reports to be counted", || {
+        http_get(port, "/metrics")
+            .lines()
+            .any(|l| l.starts_with("gearshift_node_reports_sent_total") && !l.ends_with(" 0"))
+    });
+    let m = http_get(port, "/metrics");
+    assert!(m.contains("gearshift_node_active 1"), "{m}");
+    check_reloads(&mut node, d, &cfg, port);
+
+    // A figure, not an assertion (MCollective's node daemon idles at about 28 MB).
+    let rss = std::fs::read_to_string(format!("/proc/{}/status", node_pid(d)))
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .map(str::to_string)
+        });
+    println!(
+        "gearshift-node resident memory while idle: {}",
+        rss.unwrap_or_default()
+    );
+    assert_eq!(node.terminate(Duration::from_secs(20)), Some(0));
+    let out = bin(&[
+        "status",
+        "--json",
+        "--state-dir",
+        d.join("state").to_str().unwrap(),
+    ]);
+    let st: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(st["agent_running"], false);
+}
+
+/// `status --json` and `status` of the running agent.
+fn check_status(cfg: &Path) {
+    let cfg_s = cfg.to_str().unwrap().to_string();
     let status_json = || {
         let out = bin(&["status", "--json", "--config", &cfg_s]);
         serde_json::from_slice::<serde_json::Value>(&out.stdout).ok()
@@ -182,71 +232,28 @@ fn run_status_metrics_reload_and_stop() {
         "{human}"
     );
     assert!(human.contains("5 total"), "{human}");
+}
 
-    // A second agent on the same state directory is refused.
-    let mut second = NodeProcess::new(cfg.clone(), d.join("second.log"));
-    second.start();
-    wait_for(Duration::from_secs(30), "the second agent to exit", || {
-        second.exited().is_some()
-    });
-    assert_eq!(second.exited(), Some(Some(1)));
-    assert!(
-        second.log_tail().contains("in use by another agent"),
-        "{}",
-        second.log_tail()
-    );
-    drop(second);
-
-    // Metrics.
-    wait_for(Duration::from_secs(30), "reports to be counted", || {
-        http_get(port, "/metrics")
-            .lines()
-            .any(|l| l.starts_with("gearshift_node_reports_sent_total") && !l.ends_with(" 0"))
-    });
-    let m = http_get(port, "/metrics");
-    assert!(m.contains("gearshift_node_active 1"), "{m}");
-
-    // SIGHUP: a valid change applies; a broken file is refused and the agent keeps running.
-    std::fs::write(&cfg, config(d, port, "2s")).unwrap();
-    let pid = || node_pid(d);
-    Command::new("kill")
-        .args(["-HUP", &pid()])
-        .status()
-        .unwrap();
+/// SIGHUP: a valid change applies; a broken file is refused and the agent
+/// keeps running.
+fn check_reloads(node: &mut NodeProcess, d: &Path, cfg: &Path, port: u16) {
+    let hup = || {
+        Command::new("kill")
+            .args(["-HUP", &node_pid(d)])
+            .status()
+            .unwrap()
+    };
+    std::fs::write(cfg, config(d, port, "2s")).unwrap();
+    hup();
     wait_for(Duration::from_secs(10), "the reload", || {
         node.log_tail().contains("configuration reloaded")
     });
-    std::fs::write(&cfg, "[evacuation]\nparallelism = 0\n").unwrap();
-    Command::new("kill")
-        .args(["-HUP", &pid()])
-        .status()
-        .unwrap();
+    std::fs::write(cfg, "[evacuation]\nparallelism = 0\n").unwrap();
+    hup();
     wait_for(Duration::from_secs(10), "the refused reload", || {
         node.log_tail().contains("reload refused")
     });
     assert!(node.exited().is_none(), "still running after a bad reload");
-
-    // A figure, not an assertion (MCollective's node daemon idles at about 28 MB).
-    let rss = std::fs::read_to_string(format!("/proc/{}/status", pid()))
-        .ok()
-        .and_then(|t| {
-            t.lines()
-                .find(|l| l.starts_with("VmRSS:"))
-                .map(str::to_string)
-        });
-    println!(
-        "gearshift-node resident memory while idle: {}",
-        rss.unwrap_or_default()
-    );
-    assert_eq!(node.terminate(Duration::from_secs(20)), Some(0));
-    let out = bin(&[
-        "status",
-        "--json",
-        "--state-dir",
-        d.join("state").to_str().unwrap(),
-    ]);
-    let st: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(st["agent_running"], false);
 }
 
 fn node_pid(d: &Path) -> String {

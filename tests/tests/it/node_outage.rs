@@ -8,13 +8,15 @@ use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use gearshift_proto::msg::{CommandResult, Evacuate, Message, Move};
+use gearshift_node::runtime::sim::SimWorld;
+use gearshift_proto::msg::{CommandResult, Done, Evacuate, Message, Move};
 use gearshift_tests::node_harness::{
-    Controller, Keys, Running, WAIT, agent_config, connect, state_dir, temp_dir, unique,
+    Controller, Keys, Running, Verified, WAIT, agent_config, connect, state_dir, temp_dir, unique,
 };
 use gearshift_tests::node_proxy::Proxy;
 use gearshift_tests::node_scenarios::sim_world;
 use gearshift_tests::{amqp_url, init_logging, stomp_url};
+use uuid::Uuid;
 
 async fn outage(direct_url: &str, upstream: SocketAddr, proxied_url: impl Fn(u16) -> String) {
     init_logging();
@@ -53,34 +55,7 @@ async fn outage(direct_url: &str, upstream: SocketAddr, proxied_url: impl Fn(u16
             Some("outage-1"),
         )
         .await;
-    let mut reported = BTreeSet::new();
-    let first = events
-        .until(WAIT, "the first progress event", |e| {
-            matches!(&e.msg, Message::Progress(_))
-        })
-        .await;
-    if let Message::Progress(p) = &first.msg {
-        reported.extend(p.results.iter().map(|r| r.gear.clone()));
-    }
-
-    proxy.cut();
-    let moved_at_cut = world.moves();
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    let moved_during = world.moves() - moved_at_cut;
-    assert!(
-        moved_during >= 3,
-        "local work continues without the bus ({moved_during} moves)"
-    );
-    proxy.restore();
-
-    let done = loop {
-        let e = events.next(WAIT).await;
-        match &e.msg {
-            Message::Progress(p) => reported.extend(p.results.iter().map(|r| r.gear.clone())),
-            Message::Done(d) if d.cmd == id => break d.clone(),
-            _ => {}
-        }
-    };
+    let (reported, done) = through_the_outage(&proxy, &world, &mut events, id).await;
     assert_eq!(
         reported, all,
         "every gear's progress event arrived after the outage"
@@ -97,6 +72,42 @@ async fn outage(direct_url: &str, upstream: SocketAddr, proxied_url: impl Fn(u16
         "the reconnection is counted"
     );
     running.stop().await;
+}
+
+/// Cuts the bus after the first progress event of command `id` for 1.5 s
+/// (local moves go on), then collects every gear's progress and the result.
+async fn through_the_outage(
+    proxy: &Proxy,
+    world: &SimWorld,
+    events: &mut Verified,
+    id: Uuid,
+) -> (BTreeSet<String>, Done) {
+    let mut reported = BTreeSet::new();
+    let first = events
+        .until(WAIT, "the first progress event", |e| {
+            matches!(&e.msg, Message::Progress(_))
+        })
+        .await;
+    if let Message::Progress(p) = &first.msg {
+        reported.extend(p.results.iter().map(|r| r.gear.clone()));
+    }
+    proxy.cut();
+    let moved_at_cut = world.moves();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let moved_during = world.moves() - moved_at_cut;
+    assert!(
+        moved_during >= 3,
+        "local work continues without the bus ({moved_during} moves)"
+    );
+    proxy.restore();
+    loop {
+        let e = events.next(WAIT).await;
+        match &e.msg {
+            Message::Progress(p) => reported.extend(p.results.iter().map(|r| r.gear.clone())),
+            Message::Done(d) if d.cmd == id => return (reported, d.clone()),
+            _ => {}
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -239,117 +239,25 @@ fn packaging_rpm_installs_into_a_root_and_its_units_hold_together() {
     let root = chroot_with_shell();
     let r = root.path();
     for (agent, rpm) in rpms() {
-        let out = run(Command::new("rpm")
-            .arg("--root")
-            .arg(r)
-            .args(["-i", "--nodeps"])
-            .arg(rpm));
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(out.status.success(), "rpm -i {}: {err}", rpm.display());
-        assert!(!err.contains("scriptlet failed"), "{err}");
-        let q = ok(Command::new("rpm")
-            .arg("--root")
-            .arg(r)
-            .args(["-q", &format!("gearshift-{agent}")]));
-        assert!(q.starts_with(&format!("gearshift-{agent}-")), "{q}");
-        for f in expected_files(agent) {
-            assert!(r.join(&f[1..]).is_file(), "{f} not installed");
-        }
+        install(r, agent, rpm);
         // The shipped configuration, as is.
         let installed_conf = r.join(format!("etc/gearshift/{agent}.toml"));
         assert_eq!(
             std::fs::read_to_string(&installed_conf).unwrap(),
             std::fs::read_to_string(repo_root().join(format!("conf/{agent}.toml"))).unwrap()
         );
-
-        // The unit.
         let unit_text = std::fs::read_to_string(
             r.join(format!("usr/lib/systemd/system/gearshift-{agent}.service")),
         )
         .unwrap();
         let u = unit_settings(&unit_text);
-        assert_eq!(one(&u, "Service.Type"), "notify");
-        assert_eq!(one(&u, "Service.NotifyAccess"), "main");
-        assert_eq!(one(&u, "Service.Restart"), "on-failure");
-        let wd = one(&u, "Service.WatchdogSec");
-        let secs: u64 = wd
-            .strip_suffix('s')
-            .and_then(|n| n.parse().ok())
-            .unwrap_or_else(|| panic!("WatchdogSec={wd}: expected seconds like 30s"));
-        assert!(secs >= 10, "WatchdogSec={wd} is too tight for a busy host");
-        assert_eq!(one(&u, "Install.WantedBy"), "multi-user.target");
-        let exec = one(&u, "Service.ExecStart");
-        assert_eq!(
-            exec,
-            format!("/usr/bin/gearshift-{agent} run --config /etc/gearshift/{agent}.toml")
-        );
-        assert!(one(&u, "Service.ExecReload").contains("-HUP $MAINPID"));
-
-        // The installed binary accepts the installed file, under the unit's environment.
-        let mut check = Command::new(r.join(format!("usr/bin/gearshift-{agent}")));
-        check.arg("check-config").arg(&installed_conf);
-        check.env_remove("GEARSHIFT_BROKER_CONFIG");
-        for e in u.get("Service.Environment").into_iter().flatten() {
-            for pair in e.split_whitespace() {
-                let (k, v) = pair.split_once('=').expect("Environment=K=V");
-                check.env(k, v);
-            }
-        }
-        let out = ok(&mut check);
-        assert!(out.trim_end().ends_with(": ok"), "{out}");
-
-        // The state directory systemd creates is the one the configuration uses.
-        let state = format!("/var/lib/{}", one(&u, "Service.StateDirectory"));
-        let configured = match agent.as_str() {
-            "broker" => {
-                gearshift_broker::config::load(&installed_conf)
-                    .unwrap()
-                    .agent
-                    .state_dir
-            }
-            _ => {
-                gearshift_service::config::load::<gearshift_node::NodeConfig>(
-                    &installed_conf,
-                    gearshift_node::config::ENV_PREFIX,
-                )
-                .unwrap()
-                .state
-                .dir
-            }
-        };
-        assert_eq!(
-            PathBuf::from(&state),
-            configured,
-            "StateDirectory vs configuration"
-        );
-
+        check_unit(agent, &u);
+        check_config_under_unit(r, agent, &installed_conf, &u);
         if agent == "broker" {
-            // A dedicated user, declared by the sysusers entry.
-            assert_eq!(one(&u, "Service.User"), "gearshift");
-            assert_eq!(one(&u, "Service.ProtectSystem"), "strict");
-            let sysusers =
-                std::fs::read_to_string(r.join("usr/lib/sysusers.d/gearshift.conf")).unwrap();
-            assert!(
-                sysusers.lines().any(|l| l.starts_with("u gearshift ")),
-                "{sysusers}"
-            );
-            if have("systemd-sysusers") {
-                ok(Command::new("systemd-sysusers")
-                    .arg(format!("--root={}", r.display()))
-                    .arg(r.join("usr/lib/sysusers.d/gearshift.conf")));
-                let passwd = std::fs::read_to_string(r.join("etc/passwd")).unwrap();
-                let entry = passwd
-                    .lines()
-                    .find(|l| l.starts_with("gearshift:"))
-                    .unwrap_or_else(|| panic!("no gearshift user created: {passwd}"));
-                assert!(entry.ends_with(":/usr/sbin/nologin"), "{entry}");
-            } else {
-                eprintln!("systemd-sysusers not available: the sysusers entry is not applied");
-            }
+            check_broker_user(r, &u);
         } else {
             assert_eq!(one(&u, "Service.User"), "root", "moving gears needs root");
         }
-
         verify_unit(agent, &unit_text, r);
     }
 
@@ -369,6 +277,111 @@ fn packaging_rpm_installs_into_a_root_and_its_units_hold_together() {
     assert!(!r.join("usr/bin/gearshift-broker").exists());
     let saved = r.join("etc/gearshift/broker.toml.rpmsave");
     assert_eq!(std::fs::read_to_string(&saved).unwrap(), text);
+}
+
+/// `rpm -i` of the agent's package into `r`: installed, every expected file.
+fn install(r: &Path, agent: &str, rpm: &Path) {
+    let out = run(Command::new("rpm")
+        .arg("--root")
+        .arg(r)
+        .args(["-i", "--nodeps"])
+        .arg(rpm));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "rpm -i {}: {err}", rpm.display());
+    assert!(!err.contains("scriptlet failed"), "{err}");
+    let q = ok(Command::new("rpm")
+        .arg("--root")
+        .arg(r)
+        .args(["-q", &format!("gearshift-{agent}")]));
+    assert!(q.starts_with(&format!("gearshift-{agent}-")), "{q}");
+    for f in expected_files(agent) {
+        assert!(r.join(&f[1..]).is_file(), "{f} not installed");
+    }
+}
+
+/// The unit: notify type with a watchdog, restarts, the installed binary
+/// and configuration, reload by SIGHUP.
+fn check_unit(agent: &str, u: &BTreeMap<String, Vec<String>>) {
+    assert_eq!(one(u, "Service.Type"), "notify");
+    assert_eq!(one(u, "Service.NotifyAccess"), "main");
+    assert_eq!(one(u, "Service.Restart"), "on-failure");
+    let wd = one(u, "Service.WatchdogSec");
+    let secs: u64 = wd
+        .strip_suffix('s')
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("WatchdogSec={wd}: expected seconds like 30s"));
+    assert!(secs >= 10, "WatchdogSec={wd} is too tight for a busy host");
+    assert_eq!(one(u, "Install.WantedBy"), "multi-user.target");
+    let exec = one(u, "Service.ExecStart");
+    assert_eq!(
+        exec,
+        format!("/usr/bin/gearshift-{agent} run --config /etc/gearshift/{agent}.toml")
+    );
+    assert!(one(u, "Service.ExecReload").contains("-HUP $MAINPID"));
+}
+
+/// The installed binary accepts the installed file, under the unit's
+/// environment; the state directory systemd creates is the one the
+/// configuration uses.
+fn check_config_under_unit(r: &Path, agent: &str, conf: &Path, u: &BTreeMap<String, Vec<String>>) {
+    let mut check = Command::new(r.join(format!("usr/bin/gearshift-{agent}")));
+    check.arg("check-config").arg(conf);
+    check.env_remove("GEARSHIFT_BROKER_CONFIG");
+    for e in u.get("Service.Environment").into_iter().flatten() {
+        for pair in e.split_whitespace() {
+            let (k, v) = pair.split_once('=').expect("Environment=K=V");
+            check.env(k, v);
+        }
+    }
+    let out = ok(&mut check);
+    assert!(out.trim_end().ends_with(": ok"), "{out}");
+    let state = format!("/var/lib/{}", one(u, "Service.StateDirectory"));
+    let configured = match agent {
+        "broker" => {
+            gearshift_broker::config::load(conf)
+                .unwrap()
+                .agent
+                .state_dir
+        }
+        _ => {
+            gearshift_service::config::load::<gearshift_node::NodeConfig>(
+                conf,
+                gearshift_node::config::ENV_PREFIX,
+            )
+            .unwrap()
+            .state
+            .dir
+        }
+    };
+    assert_eq!(
+        PathBuf::from(&state),
+        configured,
+        "StateDirectory vs configuration"
+    );
+}
+
+/// The broker runs as a dedicated user, declared by the sysusers entry.
+fn check_broker_user(r: &Path, u: &BTreeMap<String, Vec<String>>) {
+    assert_eq!(one(u, "Service.User"), "gearshift");
+    assert_eq!(one(u, "Service.ProtectSystem"), "strict");
+    let sysusers = std::fs::read_to_string(r.join("usr/lib/sysusers.d/gearshift.conf")).unwrap();
+    assert!(
+        sysusers.lines().any(|l| l.starts_with("u gearshift ")),
+        "{sysusers}"
+    );
+    if !have("systemd-sysusers") {
+        eprintln!("systemd-sysusers not available: the sysusers entry is not applied");
+        return;
+    }
+    ok(Command::new("systemd-sysusers")
+        .arg(format!("--root={}", r.display()))
+        .arg(r.join("usr/lib/sysusers.d/gearshift.conf")));
+    let passwd = std::fs::read_to_string(r.join("etc/passwd")).unwrap();
+    let entry = passwd
+        .lines()
+        .find(|l| l.starts_with("gearshift:"))
+        .unwrap_or_else(|| panic!("no gearshift user created: {passwd}"));
+    assert!(entry.ends_with(":/usr/sbin/nologin"), "{entry}");
 }
 
 /// `systemd-analyze verify` on a copy of the unit whose ExecStart names the

@@ -4,20 +4,20 @@
 //! the real RabbitMQ, and show the pusher's counters on `/metrics`. Their
 //! `push-stats` subcommands answer with the documented exit codes.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
 use gearshift_pushstats::PushStatsConfig;
 use gearshift_sim::fleet::NodeSpec;
-use gearshift_tests::broker_harness::{WAIT, fast_config, fast_fleet, test_keys};
+use gearshift_tests::broker_harness::{TestBed, WAIT, eventually, fast_config};
 use gearshift_tests::broker_process::{BrokerProcess, broker_binary, write_config};
 use gearshift_tests::fake_openstack::FakeOpenStack;
 use gearshift_tests::node_process::{NodeProcess, node_binary, write_file};
 use gearshift_tests::pushstats::free_port;
 use gearshift_tests::pushstats_gnocchi::FakeGnocchi;
-use gearshift_tests::{amqp_url, connect, init_logging, unique};
+use gearshift_tests::{amqp_url, init_logging, unique};
 
 async fn clouds(dir: &Path) -> (Arc<FakeOpenStack>, FakeGnocchi, String) {
     let os = Arc::new(FakeOpenStack::start().await);
@@ -31,18 +31,6 @@ async fn clouds(dir: &Path) -> (Arc<FakeOpenStack>, FakeGnocchi, String) {
         .collect();
     std::fs::write(&env_file, lines).unwrap();
     (os, gnocchi, env_file.display().to_string())
-}
-
-/// Waits until `f` holds, polling; fails with `what` after `WAIT`.
-async fn eventually(what: &str, mut f: impl FnMut() -> bool) {
-    let deadline = tokio::time::Instant::now() + WAIT;
-    while !f() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{what}: not within {WAIT:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }
 
 async fn scrape(addr: &str) -> String {
@@ -93,21 +81,16 @@ fn gear(root: &Path, id: &str, state: &str) {
     std::fs::write(g.join(".state"), state).unwrap();
 }
 
-#[tokio::test]
-async fn node_binary_pushes_each_report_and_each_change() {
-    init_logging();
-    let dir = tempfile::tempdir().unwrap();
-    let base = dir.path();
-    let (os, gnocchi, env_file) = clouds(base).await;
-    let node = unique("n-push-");
-    let gears = base.join("gears");
-    std::fs::create_dir_all(&gears).unwrap();
-    for (i, state) in ["started", "started", "started", "idle"].iter().enumerate() {
-        gear(&gears, &format!("{:024x}", 0xabc000 + i), state);
-    }
-    gearshift_service::keys::write_keypair(base, "node", false).unwrap();
-    gearshift_service::keys::write_keypair(base, "broker", false).unwrap();
-    let listen = format!("127.0.0.1:{}", free_port());
+/// The node's `node.toml` in `base`: the `dir` runtime on `gears`, fast
+/// reports, metrics on `listen`, pushes to Gnocchi; checked by the binary.
+fn write_node_config(
+    base: &Path,
+    node: &str,
+    gears: &Path,
+    listen: &str,
+    gnocchi: &str,
+    env_file: &str,
+) -> PathBuf {
     let config = write_file(
         base,
         "node.toml",
@@ -151,7 +134,6 @@ archive_policy = "low"
             url = amqp_url(),
             base = base.display(),
             gears = gears.display(),
-            gnocchi = gnocchi.url(),
         ),
     );
     let check = Command::new(node_binary())
@@ -164,16 +146,48 @@ archive_policy = "low"
         "{}",
         String::from_utf8_lossy(&check.stderr)
     );
+    config
+}
+
+/// Waits until Gnocchi holds `value` for `metric` of resource `res`.
+async fn gnocchi_shows(gnocchi: &FakeGnocchi, what: &str, res: &str, metric: &str, value: f64) {
+    eventually(what, || {
+        gnocchi
+            .measures(res, metric)
+            .iter()
+            .any(|(_, v)| *v == value)
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn node_binary_pushes_each_report_and_each_change() {
+    init_logging();
+    let dir = tempfile::tempdir().unwrap();
+    let base = dir.path();
+    let (os, gnocchi, env_file) = clouds(base).await;
+    let node = unique("n-push-");
+    let gears = base.join("gears");
+    std::fs::create_dir_all(&gears).unwrap();
+    for (i, state) in ["started", "started", "started", "idle"].iter().enumerate() {
+        gear(&gears, &format!("{:024x}", 0xabc000 + i), state);
+    }
+    gearshift_service::keys::write_keypair(base, "node", false).unwrap();
+    gearshift_service::keys::write_keypair(base, "broker", false).unwrap();
+    let listen = format!("127.0.0.1:{}", free_port());
+    let config = write_node_config(base, &node, &gears, &listen, &gnocchi.url(), &env_file);
     let mut proc = NodeProcess::new(config, base.join("node.log"));
     proc.start();
 
     // 3 started, 1 idle, of 10: 30 %.
-    eventually("the node's figures in Gnocchi", || {
-        gnocchi
-            .measures(&node, "gearshift.node_utilization")
-            .iter()
-            .any(|(_, v)| *v == 30.0)
-    })
+    let utilization = "gearshift.node_utilization";
+    gnocchi_shows(
+        &gnocchi,
+        "the node's figures in Gnocchi",
+        &node,
+        utilization,
+        30.0,
+    )
     .await;
     assert_eq!(gnocchi.measures(&node, "gearshift.active_gears")[0].1, 3.0);
     assert_eq!(gnocchi.measures(&node, "gearshift.gears_idle")[0].1, 1.0);
@@ -187,13 +201,7 @@ archive_policy = "low"
         "started",
     )
     .unwrap();
-    eventually("the change in Gnocchi", || {
-        gnocchi
-            .measures(&node, "gearshift.node_utilization")
-            .iter()
-            .any(|(_, v)| *v == 40.0)
-    })
-    .await;
+    gnocchi_shows(&gnocchi, "the change in Gnocchi", &node, utilization, 40.0).await;
     let m = scrape_until(
         &listen,
         "gearshift_node_pushstats_pushes_total{target=\"gnocchi\"}",
@@ -214,19 +222,12 @@ archive_policy = "low"
     );
 }
 
-#[tokio::test]
-async fn broker_binary_pushes_fleet_figures_per_profile_and_district() {
-    init_logging();
-    let tag = unique("ps");
-    let url = amqp_url();
-    let dir = tempfile::tempdir().unwrap();
-    let (os, gnocchi, env_file) = clouds(dir.path()).await;
-    let keys = test_keys(dir.path());
-
-    let d1 = format!("{tag}d1");
-    let mut cfg = fast_config(&url, &dir.path().join("state"), "log", &tag);
-    keys.configure_broker(&mut cfg);
-    let listen = format!("127.0.0.1:{}", free_port());
+/// The broker's `broker.toml` for `bed` with a `[push_stats]` section to
+/// `gnocchi` and metrics on `listen`, checked by the binary's
+/// `check-config` (which accepts the section as part of broker.toml).
+fn write_push_config(bed: &TestBed, gnocchi: &str, env_file: &str, listen: &str) -> PathBuf {
+    let mut cfg = fast_config(&bed.url, &bed.path("state"), "log", &bed.tag);
+    bed.keys.configure_broker(&mut cfg);
     cfg.metrics.listen = Some(listen.parse().unwrap());
     cfg.push_stats = PushStatsConfig::from_agent_toml(&format!(
         r#"
@@ -236,42 +237,50 @@ interval = "1s"
 debounce = "100ms"
 
 [push_stats.gnocchi]
-endpoint = "{}"
+endpoint = "{gnocchi}"
 auth_env_file = "{env_file}"
 archive_policy = "low"
-"#,
-        gnocchi.url()
+"#
     ))
     .unwrap();
-    let config_path = dir.path().join("broker.toml");
-    // check-config of the binary accepts the section as part of broker.toml.
+    let config_path = bed.path("broker.toml");
     write_config(&cfg, &config_path);
+    config_path
+}
 
-    let nodes_bus = connect(&url, &format!("{tag}-nodes")).await;
-    let fleet = fast_fleet(nodes_bus.clone(), &keys, &dir.path().join("nodes"));
-    fleet
-        .start_node(&NodeSpec::new(&format!("{tag}-n1"), &d1, "small", 10).with_gears(8))
-        .expect("node agent starts");
-    fleet
-        .start_node(&NodeSpec::new(&format!("{tag}-n2"), &d1, "small", 10).with_gears(4))
-        .expect("node agent starts");
-    let proc = BrokerProcess::start(&config_path, &dir.path().join("broker.log"));
+#[tokio::test]
+async fn broker_binary_pushes_fleet_figures_per_profile_and_district() {
+    let bed = TestBed::new("ps", |_| amqp_url()).await;
+    let (os, gnocchi, env_file) = clouds(bed.dir.path()).await;
+    let d1 = format!("{}d1", bed.tag);
+    let listen = format!("127.0.0.1:{}", free_port());
+    let config_path = write_push_config(&bed, &gnocchi.url(), &env_file, &listen);
+    let fleet = &bed.fleet;
+    for (n, gears) in [("n1", 8), ("n2", 4)] {
+        let spec = NodeSpec::new(&format!("{}-{n}", bed.tag), &d1, "small", 10).with_gears(gears);
+        fleet.start_node(&spec).expect("node agent starts");
+    }
+    let proc = BrokerProcess::start(&config_path, &bed.path("broker.log"));
 
     // 12 active, 8 available: oo-stats usage 60 %.
-    eventually("the profile's figures in Gnocchi", || {
-        gnocchi
-            .measures("gearshift-profile-small", "gearshift.capacity_utilization")
-            .iter()
-            .any(|(_, v)| *v == 60.0)
-    })
+    let (profile, utilization) = ("gearshift-profile-small", "gearshift.capacity_utilization");
+    gnocchi_shows(
+        &gnocchi,
+        "the profile's figures in Gnocchi",
+        profile,
+        utilization,
+        60.0,
+    )
     .await;
     let district = format!("gearshift-district-{d1}");
-    eventually("the district's figures in Gnocchi", || {
-        gnocchi
-            .measures(&district, "gearshift.nodes_active")
-            .iter()
-            .any(|(_, v)| *v == 2.0)
-    })
+    let active = "gearshift.nodes_active";
+    gnocchi_shows(
+        &gnocchi,
+        "the district's figures in Gnocchi",
+        &district,
+        active,
+        2.0,
+    )
     .await;
     assert!(
         gnocchi

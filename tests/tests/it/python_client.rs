@@ -58,16 +58,14 @@ async fn next(lines: &mut Lines) -> Value {
     }
 }
 
-async fn run(transport: &str) {
-    let dir = tempfile::tempdir().unwrap();
-    let node_key = KeyPair::generate().unwrap();
-    let broker_key = KeyPair::generate().unwrap();
-    let rogue = KeyPair::generate().unwrap();
-    std::fs::write(dir.path().join("node.pub"), node_key.public_pem()).unwrap();
-    std::fs::write(dir.path().join("broker.pub"), broker_key.public_pem()).unwrap();
-
-    let district = unique("d");
-    let node = format!("{}.example.com", unique("node-"));
+/// The Python client on `transport`, trusting `dir/node.pub` and
+/// `dir/broker.pub`, bound to `district`'s reports and decisions; returns
+/// the child, its output lines (after its `ready` line) and the bus URL.
+async fn start_client(
+    transport: &str,
+    dir: &std::path::Path,
+    district: &str,
+) -> (tokio::process::Child, Lines, String) {
     let script = repo_root().join("examples/python/gearshift_watch.py");
     let mut cmd = tokio::process::Command::new(python());
     cmd.arg(&script);
@@ -85,11 +83,11 @@ async fn run(transport: &str) {
         .args(["--bind", &format!("decision.*.{district}.*")])
         .args([
             "--trust",
-            &format!("node:{}", dir.path().join("node.pub").display()),
+            &format!("node:{}", dir.join("node.pub").display()),
         ])
         .args([
             "--trust",
-            &format!("broker:{}", dir.path().join("broker.pub").display()),
+            &format!("broker:{}", dir.join("broker.pub").display()),
         ])
         .args(["--want", "report", "--want", "decision", "--timeout", "30"])
         .stdout(Stdio::piped())
@@ -98,20 +96,14 @@ async fn run(transport: &str) {
     let mut child = cmd.spawn().expect("start the Python client");
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     assert_eq!(next(&mut lines).await["ready"], true);
+    (child, lines, url)
+}
 
-    let bus = connect(&url, "python-client-test").await;
-    // A forged report first: signed by a key the client does not trust.
-    let forged = rogue.seal(Envelope::new(node.clone(), report(&node, &district)));
-    bus.publish(OutMessage::new(routing::report(Some(&district), &node), forged).transient())
-        .await
-        .unwrap();
-    let real = node_key.seal(Envelope::new(node.clone(), report(&node, &district)));
-    bus.publish(OutMessage::new(routing::report(Some(&district), &node), real).transient())
-        .await
-        .unwrap();
+/// A scale-up decision in `district`, signed by `broker_key`.
+fn decision(broker_key: &KeyPair, district: &str) -> Vec<u8> {
     let decision = Decision {
         decision: DecisionKind::ScaleUp,
-        district: district.clone(),
+        district: district.to_string(),
         profile: "small".into(),
         op: Some("op-test".into()),
         node: None,
@@ -119,7 +111,32 @@ async fn run(transport: &str) {
         handler: Some("log".into()),
         stats: Some(GroupStats::default()),
     };
-    let d = broker_key.seal(Envelope::new("broker", decision).with_corr("op-test"));
+    broker_key.seal(Envelope::new("broker", decision).with_corr("op-test"))
+}
+
+async fn run(transport: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let node_key = KeyPair::generate().unwrap();
+    let broker_key = KeyPair::generate().unwrap();
+    let rogue = KeyPair::generate().unwrap();
+    std::fs::write(dir.path().join("node.pub"), node_key.public_pem()).unwrap();
+    std::fs::write(dir.path().join("broker.pub"), broker_key.public_pem()).unwrap();
+    let district = unique("d");
+    let node = format!("{}.example.com", unique("node-"));
+    let (mut child, mut lines, url) = start_client(transport, dir.path(), &district).await;
+
+    let bus = connect(&url, "python-client-test").await;
+    // A forged report first: signed by a key the client does not trust.
+    let key = routing::report(Some(&district), &node);
+    let forged = rogue.seal(Envelope::new(node.clone(), report(&node, &district)));
+    bus.publish(OutMessage::new(key.clone(), forged).transient())
+        .await
+        .unwrap();
+    let real = node_key.seal(Envelope::new(node.clone(), report(&node, &district)));
+    bus.publish(OutMessage::new(key, real).transient())
+        .await
+        .unwrap();
+    let d = decision(&broker_key, &district);
     bus.publish(OutMessage::new(
         routing::decision(DecisionKind::ScaleUp, &district, "small"),
         d,
