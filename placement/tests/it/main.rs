@@ -6,6 +6,7 @@
 //! suites). Each module's own doc says what it tests.
 
 mod config_and_evacuation;
+mod fixtures;
 mod operator_strategies;
 mod properties;
 mod seed_examples;

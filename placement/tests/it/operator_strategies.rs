@@ -4,54 +4,18 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use chrono::Utc;
 use gearshift_placement::{
     CommandConfig, Engine, PlacementConfig, PlacementError, ScriptConfig, ScriptError, StrategyName,
 };
-use gearshift_proto::msg::{
-    ApplicationProperties, NodeProperties, PlacementRequest, UserProperties,
-};
+use gearshift_proto::msg::PlacementRequest;
 
-fn node(name: &str, consumed: f64) -> NodeProperties {
-    NodeProperties {
-        name: name.into(),
-        node_consumed_capacity: consumed,
-        district_id: Some("d1".into()),
-        district_available_capacity: Some(100),
-        region_id: Some("r1".into()),
-        zone_id: Some("z1".into()),
-        profile: Some("small".into()),
-        active: true,
-        mem_free_mb: Some(1000),
-        gears_active: None,
-        max_active_gears: None,
-    }
-}
+use crate::fixtures::{self, node};
 
 fn request(login: &str) -> PlacementRequest {
     let mut inactive = node("off", 0.0);
     inactive.active = false;
-    PlacementRequest {
-        nodes: vec![node("a", 70.0), node("b", 20.0), inactive, node("c", 40.0)],
-        app: ApplicationProperties {
-            id: "1".into(),
-            name: "shop".into(),
-            web_cartridge: Some("php-5.4".into()),
-            ..Default::default()
-        },
-        current_gears: vec![],
-        components: vec![],
-        user: UserProperties {
-            id: "u".into(),
-            login: login.into(),
-            ..Default::default()
-        },
-        request_time: Utc::now(),
-        profile: None,
-        region: None,
-        moving: None,
-        strategy: None,
-    }
+    let nodes = vec![node("a", 70.0), node("b", 20.0), inactive, node("c", 40.0)];
+    fixtures::request(nodes, fixtures::app("1", "shop", "php-5.4"), "u", login)
 }
 
 fn script_engine(text: &str) -> Result<Engine, PlacementError> {

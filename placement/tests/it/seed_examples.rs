@@ -3,57 +3,36 @@
 
 use std::collections::HashSet;
 
-use chrono::Utc;
 use gearshift_placement::strategy::{PHP_HOSTS_NO_MATCH, SLOW_HOSTS_NO_MATCH};
 use gearshift_placement::{Engine, PlacementConfig, StrategyName};
-use gearshift_proto::msg::{
-    ApplicationProperties, ComponentProperties, NodeProperties, PlacementReply, PlacementRequest,
-    UserProperties,
-};
+use gearshift_proto::msg::{ComponentProperties, NodeProperties, PlacementReply, PlacementRequest};
+
+use crate::fixtures;
 
 fn node(name: &str, consumed: f64) -> NodeProperties {
     NodeProperties {
-        name: name.into(),
-        node_consumed_capacity: consumed,
-        district_id: Some("d1".into()),
         district_available_capacity: Some(5000),
         region_id: None,
         zone_id: None,
-        profile: Some("small".into()),
-        active: true,
         mem_free_mb: Some(2048),
-        gears_active: None,
-        max_active_gears: None,
+        ..fixtures::node(name, consumed)
     }
 }
 
 fn request(nodes: Vec<NodeProperties>) -> PlacementRequest {
     PlacementRequest {
-        nodes,
-        app: ApplicationProperties {
-            id: "app-1".into(),
-            name: "blog".into(),
-            web_cartridge: Some("ruby-1.9".into()),
-            scalable: false,
-            ha: false,
-        },
-        current_gears: vec![],
         components: vec![ComponentProperties {
             cartridge_name: "ruby-1.9".into(),
             component_name: "ruby-1.9".into(),
             version: "1.9".into(),
             cartridge_vendor: "redhat".into(),
         }],
-        user: UserProperties {
-            id: "u1".into(),
-            login: "alice".into(),
-            ..Default::default()
-        },
-        request_time: Utc::now(),
-        profile: None,
-        region: None,
-        moving: None,
-        strategy: None,
+        ..fixtures::request(
+            nodes,
+            fixtures::app("app-1", "blog", "ruby-1.9"),
+            "u1",
+            "alice",
+        )
     }
 }
 

@@ -6,16 +6,14 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use chrono::Utc;
 use gearshift_placement::cli::{PlaceArgs, PlaceError, run_place};
 use gearshift_placement::service::{ServeOptions, serve_with};
 use gearshift_placement::{CommandConfig, Engine, PlacementConfig, ScriptConfig, StrategyName};
-use gearshift_proto::msg::{
-    ApplicationProperties, ComponentProperties, NodeProperties, PlacementRequest, Role,
-    UserProperties,
-};
+use gearshift_proto::msg::{ComponentProperties, NodeProperties, PlacementRequest, Role};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
+
+use crate::fixtures;
 
 fn shipped(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -25,42 +23,14 @@ fn shipped(name: &str) -> PathBuf {
 
 fn node(name: &str, consumed: f64, zone: Option<&str>) -> NodeProperties {
     NodeProperties {
-        name: name.into(),
-        node_consumed_capacity: consumed,
-        district_id: Some("d1".into()),
-        district_available_capacity: Some(100),
-        region_id: Some("r1".into()),
         zone_id: zone.map(str::to_string),
-        profile: Some("small".into()),
-        active: true,
         mem_free_mb: None,
-        gears_active: None,
-        max_active_gears: None,
+        ..fixtures::node(name, consumed)
     }
 }
 
 fn request(cart: &str, login: &str, nodes: Vec<NodeProperties>) -> PlacementRequest {
-    PlacementRequest {
-        nodes,
-        app: ApplicationProperties {
-            id: "app-7".into(),
-            name: "site".into(),
-            web_cartridge: Some(cart.into()),
-            ..Default::default()
-        },
-        current_gears: vec![],
-        components: vec![],
-        user: UserProperties {
-            id: login.into(),
-            login: login.into(),
-            ..Default::default()
-        },
-        request_time: Utc::now(),
-        profile: None,
-        region: None,
-        moving: None,
-        strategy: None,
-    }
+    fixtures::request(nodes, fixtures::app("app-7", "site", cart), login, login)
 }
 
 fn settings(v: serde_json::Value) -> serde_json::Map<String, serde_json::Value> {

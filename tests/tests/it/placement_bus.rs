@@ -17,65 +17,23 @@ use gearshift_bus::{ConnectOptions, Durability, OutMessage, QueueSpec, SharedBus
 use gearshift_placement::cli::{PlaceError, request_placement};
 use gearshift_placement::service::{ServeOptions, serve_with};
 use gearshift_placement::{CommandConfig, Engine, PlacementConfig, ScriptConfig, StrategyName};
-use gearshift_proto::msg::{
-    ApplicationProperties, Message, NodeProperties, PlacementReply, PlacementRequest, Role,
-    UserProperties,
-};
+use gearshift_proto::msg::{Message, PlacementReply, PlacementRequest, Role};
 use gearshift_proto::sign::{KeyPair, Keyring};
 use gearshift_proto::{Envelope, Kind};
+use gearshift_tests::{amqp_url, stomp_url};
 use tokio_util::sync::CancellationToken;
 
-fn amqp() -> String {
-    std::env::var("GEARSHIFT_TEST_AMQP_URL")
-        .unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".into())
-}
-
-fn stomp() -> String {
-    std::env::var("GEARSHIFT_TEST_STOMP_URL")
-        .unwrap_or_else(|_| "stomp://guest:guest@127.0.0.1:61613".into())
-}
 const WAIT: Duration = Duration::from_secs(20);
 
-fn node(name: &str, consumed: f64) -> NodeProperties {
-    NodeProperties {
-        name: name.into(),
-        node_consumed_capacity: consumed,
-        district_id: Some("d1".into()),
-        district_available_capacity: Some(100),
-        region_id: Some("r1".into()),
-        zone_id: Some("z1".into()),
-        profile: Some("small".into()),
-        active: true,
-        mem_free_mb: Some(1000),
-        gears_active: None,
-        max_active_gears: None,
-    }
-}
+#[path = "../../../placement/tests/it/fixtures.rs"]
+mod fixtures;
+use fixtures::node;
 
 fn request(login: &str) -> PlacementRequest {
     let mut off = node("off", 0.0);
     off.active = false;
-    PlacementRequest {
-        nodes: vec![node("a", 70.0), node("b", 20.0), off, node("c", 40.0)],
-        app: ApplicationProperties {
-            id: "1".into(),
-            name: "shop".into(),
-            web_cartridge: Some("php-5.4".into()),
-            ..Default::default()
-        },
-        current_gears: vec![],
-        components: vec![],
-        user: UserProperties {
-            id: login.into(),
-            login: login.into(),
-            ..Default::default()
-        },
-        request_time: Utc::now(),
-        profile: None,
-        region: None,
-        moving: None,
-        strategy: None,
-    }
+    let nodes = vec![node("a", 70.0), node("b", 20.0), off, node("c", 40.0)];
+    fixtures::request(nodes, fixtures::app("1", "shop", "php-5.4"), login, login)
 }
 
 /// A placement service on `url` with its own queue and key, and a client.
@@ -423,34 +381,34 @@ async fn wrong_role_is_refused(url: &str) {
 
 #[tokio::test]
 async fn placement_script_strategy_over_amqp() {
-    script_end_to_end(&amqp()).await;
+    script_end_to_end(&amqp_url()).await;
 }
 
 #[tokio::test]
 async fn placement_script_strategy_over_stomp() {
-    script_end_to_end(&stomp()).await;
+    script_end_to_end(&stomp_url()).await;
 }
 
 #[tokio::test]
 async fn placement_command_strategy_over_amqp() {
-    command_end_to_end(&amqp()).await;
+    command_end_to_end(&amqp_url()).await;
 }
 
 #[tokio::test]
 async fn placement_command_strategy_over_stomp() {
-    command_end_to_end(&stomp()).await;
+    command_end_to_end(&stomp_url()).await;
 }
 
 #[tokio::test]
 async fn placement_refuses_bad_requests_over_amqp() {
-    refusals_without_a_crash(&amqp()).await;
-    wrong_role_is_refused(&amqp()).await;
+    refusals_without_a_crash(&amqp_url()).await;
+    wrong_role_is_refused(&amqp_url()).await;
 }
 
 #[tokio::test]
 async fn placement_refuses_bad_requests_over_stomp() {
-    refusals_without_a_crash(&stomp()).await;
-    wrong_role_is_refused(&stomp()).await;
+    refusals_without_a_crash(&stomp_url()).await;
+    wrong_role_is_refused(&stomp_url()).await;
 }
 
 #[tokio::test]
