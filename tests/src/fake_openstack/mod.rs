@@ -60,6 +60,15 @@
 //!   Group members are servers in the fake Nova, named `<prefix><index>`.
 //! - Nova/Cinder/Magnum: see the `nova` and `magnum` sections of this
 //!   type's methods (`set_compute_limits`, `add_flavor`, `servers`, ...).
+//!
+//! ## Layout
+//! - `http`: the one handler (recording, planned faults, tokens, routing),
+//!   the request and answer types.
+//! - `keystone`: tokens and the catalog.
+//! - `compute`: Nova (`compute/nova.rs`), Cinder, Glance and Neutron
+//!   (`compute/cinder.rs`), and the compute knobs.
+//! - `heat`: stacks, groups and policies, and their API (`heat/api.rs`).
+//! - `magnum`: clusters and node groups.
 
 mod compute;
 mod heat;
