@@ -428,3 +428,14 @@ fn cfn_user_data(resources: &Mapping) {
         assert_eq!(args.watch, vec![format!("REF-{alarm}")]);
     }
 }
+
+#[test]
+#[should_panic(expected = "dependency loop")]
+fn the_loop_check_finds_loops() {
+    let deps = BTreeMap::from([
+        ("group".to_string(), BTreeSet::from(["launch".to_string()])),
+        ("launch".to_string(), BTreeSet::from(["alarm".to_string()])),
+        ("alarm".to_string(), BTreeSet::from(["group".to_string()])),
+    ]);
+    assert_acyclic(&deps);
+}
