@@ -316,6 +316,37 @@ impl Display {
     }
 }
 
+/// The fleet line of the live display.
+pub fn fleet_line(s: &Status) -> String {
+    let mut parts = vec![];
+    for g in &s.groups {
+        let t = &g.stats;
+        parts.push(format!(
+            "{}/{}: {} nodes ({} inactive{}), {} active gears, usage {:.1} %",
+            g.district,
+            g.profile,
+            t.nodes_active + t.nodes_inactive,
+            t.nodes_inactive,
+            if t.nodes_missing > 0 {
+                format!(", {} missing", t.nodes_missing)
+            } else {
+                String::new()
+            },
+            t.gears_active,
+            t.usage_pct
+        ));
+    }
+    let ops = s.in_flight().count();
+    if ops > 0 {
+        parts.push(format!("{ops} operation(s) in flight"));
+    }
+    if parts.is_empty() {
+        "waiting for the first reports".into()
+    } else {
+        parts.join(" · ")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
