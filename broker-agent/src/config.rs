@@ -82,6 +82,12 @@ pub struct BrokerConfig {
     /// Pull mode: fleet figures pushed for Heat/Aodh alarms (disabled by default).
     #[serde(default)]
     pub push_stats: gearshift_pushstats::PushStatsConfig,
+    /// The durable history of decisions, saga steps and explanations.
+    #[serde(default)]
+    pub history: crate::history::HistoryConfig,
+    /// The PaaS the sagas tell about districts and gear moves (`none` by default).
+    #[serde(default)]
+    pub paas: crate::paas::PaasConfig,
 }
 
 /// Handler settings, as the handlers crate defines them (`type = "exec"`, ...).
@@ -182,12 +188,14 @@ impl BrokerConfig {
 impl Validate for BrokerConfig {
     fn validate(&self) -> Result<(), Invalid> {
         self.push_stats.validate()?;
+        self.history.validate()?;
         self.log.check()?;
         self.agent.check()?;
         self.bus.check()?;
         self.keys.check()?;
         self.policy.check()?;
         self.saga.check()?;
+        self.paas.check()?;
         self.check_groups()?;
         self.placement
             .validate()

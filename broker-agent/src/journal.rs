@@ -1,5 +1,6 @@
-//! The durable journal: operations, group policy memory, operator marks and
-//! the breaker state, in one redb file (`<state_dir>/journal.redb`).
+//! The durable journal: operations, group policy memory (and group pauses),
+//! operator marks and cordons, the breaker state and the fleet's pause, in
+//! one redb file (`<state_dir>/journal.redb`).
 //!
 //! The driver commits the records a step changed (one write transaction,
 //! fsync'ed on commit) before it carries out the step's effects, so a broker
@@ -19,6 +20,7 @@ const OPS: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("ops");
 const GROUPS: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("groups");
 const MARKS: TableDefinition<'_, &str, u8> = TableDefinition::new("do_not_disrupt");
 const META: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("meta");
+const CORDONS: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("cordons");
 
 /// Why the journal failed. Any of these stops the agent: it must not act
 /// on what it cannot record.
@@ -102,6 +104,7 @@ impl Journal {
             tx.open_table(GROUPS).map_err(|e| self.store(e))?;
             tx.open_table(MARKS).map_err(|e| self.store(e))?;
             tx.open_table(META).map_err(|e| self.store(e))?;
+            tx.open_table(CORDONS).map_err(|e| self.store(e))?;
         }
         f(&tx)?;
         tx.commit().map_err(|e| self.store(e))
@@ -137,6 +140,12 @@ impl Journal {
         for row in t.iter().map_err(|e| self.store(e))? {
             let (k, _) = row.map_err(|e| self.store(e))?;
             r.marks.insert(k.value().to_string());
+        }
+        let t = tx.open_table(CORDONS).map_err(|e| self.store(e))?;
+        for row in t.iter().map_err(|e| self.store(e))? {
+            let (k, v) = row.map_err(|e| self.store(e))?;
+            let c = serde_json::from_slice(v.value()).map_err(|e| rec("cordons", k.value(), e))?;
+            r.cordons.insert(k.value().to_string(), c);
         }
         let t = tx.open_table(META).map_err(|e| self.store(e))?;
         if let Some(v) = t.get("meta").map_err(|e| self.store(e))? {
@@ -179,6 +188,15 @@ impl Journal {
                 marks.retain(|_, _| false).map_err(|e| self.store(e))?;
                 for m in core.marks() {
                     marks.insert(m.as_str(), 1u8).map_err(|e| self.store(e))?;
+                }
+            }
+            if ch.cordons {
+                let mut cordons = tx.open_table(CORDONS).map_err(|e| self.store(e))?;
+                cordons.retain(|_, _| false).map_err(|e| self.store(e))?;
+                for (node, c) in core.cordons().nodes() {
+                    cordons
+                        .insert(node.as_str(), json(c).as_slice())
+                        .map_err(|e| self.store(e))?;
                 }
             }
             if ch.meta {
@@ -224,6 +242,21 @@ mod tests {
         };
         let (id, _) = core.start_scale_up(&g, "test".into(), now);
         core.set_do_not_disrupt("n1", true);
+        let pause = crate::ops::Pause {
+            by: "alice".into(),
+            reason: "upgrade".into(),
+            since: now,
+            until: None,
+        };
+        core.pause(None, pause.clone());
+        core.pause(Some(&g), pause.clone());
+        let cordon = crate::ops::Cordon {
+            by: "bob".into(),
+            reason: "disk".into(),
+            since: now,
+            op: None,
+        };
+        core.cordon("n2", Some(cordon.clone()));
         core.meta.breaker_open = true;
         core.changes.meta = true;
         let j = Journal::open(dir.path()).unwrap();
@@ -237,13 +270,18 @@ mod tests {
         assert_eq!(r.groups, vec![(g.clone(), core.group_state(&g))]);
         assert!(r.marks.contains("n1"));
         assert!(r.meta.breaker_open);
+        assert_eq!(r.meta.fleet_pause, Some(pause.clone()));
+        assert_eq!(r.groups[0].1.paused, Some(pause));
+        assert_eq!(r.cordons.get("n2"), Some(&cordon));
         // Unmark and delete.
         core.set_do_not_disrupt("n1", false);
+        core.cordon("n2", None);
         let mut ch = core.take_changes();
         ch.deleted_ops.insert(id.clone());
         j.commit(&core, &ch).unwrap();
         let r = j.load().unwrap();
         assert!(r.marks.is_empty());
+        assert!(r.cordons.is_empty());
         assert!(r.ops.is_empty());
     }
 }

@@ -19,13 +19,21 @@
 //! - [`policy`]: the read-only evaluation of every node group,
 //!   `evaluate(facts, config, memory, now) -> verdicts`; the coordinator
 //!   applies the verdicts.
+//! - [`history`]: the durable, rotating JSON-lines history of decisions,
+//!   saga steps, changed explanations and operator requests.
 //! - [`ops`]: the journaled records (operations, group state) and their
 //!   on-disk format; [`journal`]: the durable journal (redb).
 //! - [`planner`]: the evacuation planner interface.
+//! - [`paas`]: the PaaS adapter the sagas call to change OpenShift's
+//!   districts and move gears (`[paas]`: `oo-admin-ctl-district`,
+//!   `oo-admin-move`, or `none`), with the tools' output parsed into typed
+//!   outcomes.
 //! - [`agent`]: the I/O driver: bus (through the signed-message gate),
-//!   timers, handlers, journal, one task tracker; [`status`] and
-//!   [`metrics`] what it shows; [`dashboard`] the web page on the metrics
-//!   listener.
+//!   timers, handlers, journal, history, one task tracker; [`status`] and
+//!   [`metrics`] what it shows (capacity gauges included); [`dashboard`] the
+//!   web page on the metrics listener.
+//! - [`cli`]: the operator commands as library functions (`status`, `watch`,
+//!   `ping`, the admin requests, `history`); `main.rs` only parses them.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -35,9 +43,11 @@ pub mod config;
 pub mod core;
 pub mod dashboard;
 pub mod fleet;
+pub mod history;
 pub mod journal;
 pub mod metrics;
 pub mod ops;
+pub mod paas;
 pub mod perkey;
 pub mod planner;
 pub mod policy;

@@ -131,6 +131,82 @@ enum Cmd {
         #[arg(long)]
         off: bool,
     },
+    /// Stop scaling decisions for the fleet, or for one group (D/P).
+    Pause {
+        #[command(flatten)]
+        op: OpArgs,
+        /// DISTRICT/PROFILE; without it, the whole fleet.
+        group: Option<String>,
+        /// Why (shown in every explanation while paused).
+        #[arg(long, default_value = "")]
+        reason: String,
+        /// Lift the pause after this long (e.g. 2h).
+        #[arg(long = "for", value_parser = humantime::parse_duration)]
+        for_: Option<Duration>,
+        /// Lift the pause at this instant (RFC 3339).
+        #[arg(long)]
+        until: Option<chrono::DateTime<chrono::Utc>>,
+    },
+    /// Lift a pause of the fleet, or of one group (D/P).
+    Resume {
+        #[command(flatten)]
+        op: OpArgs,
+        /// DISTRICT/PROFILE; without it, the whole fleet.
+        group: Option<String>,
+    },
+    /// Take a node out of placement and scale-down choice (not removed).
+    Cordon {
+        #[command(flatten)]
+        op: OpArgs,
+        /// The node.
+        node: String,
+        /// Why.
+        #[arg(long, default_value = "")]
+        reason: String,
+    },
+    /// Put a cordoned node back into placement and scale-down choice.
+    Uncordon {
+        #[command(flatten)]
+        op: OpArgs,
+        /// The node.
+        node: String,
+    },
+    /// Send cmd.activate to a node left inactive (and lift its cordon).
+    Activate {
+        #[command(flatten)]
+        op: OpArgs,
+        /// The node.
+        node: String,
+    },
+    /// Empty a node: with --keep for maintenance (left inactive and cordoned), else as evacuate.
+    Drain {
+        #[command(flatten)]
+        op: OpArgs,
+        /// Keep the emptied node instead of removing it.
+        #[arg(long)]
+        keep: bool,
+        /// The node.
+        node: String,
+    },
+    /// Decisions, saga steps, changed explanations and operator requests
+    /// from the state directory's history (no bus needed).
+    History {
+        /// Configuration file (for its state directory).
+        #[arg(long, short = 'c', default_value = "/etc/gearshift/broker.toml")]
+        config: PathBuf,
+        /// Read this state directory instead of the configuration's.
+        #[arg(long)]
+        state_dir: Option<PathBuf>,
+        /// How far back.
+        #[arg(long, default_value = "24h", value_parser = humantime::parse_duration)]
+        since: Duration,
+        /// Only DISTRICT/PROFILE (and fleet-wide records).
+        #[arg(long)]
+        group: Option<String>,
+        /// One JSON object per line.
+        #[arg(long)]
+        json: bool,
+    },
     /// Ask the placement service where a gear would go.
     Place(gearshift_placement::cli::PlaceArgs),
     /// Push metrics once, like heat-cfntools' cfn-push-stats (the F18
@@ -153,6 +229,15 @@ fn main() -> ExitCode {
         cmd => bootstrap::block_on(None, operator_command(cmd)),
     };
     bootstrap::exit("gearshift-broker", r)
+}
+
+/// A usage error of an operator subcommand is a bad invocation (exit 2);
+/// anything else failed at run time (exit 1).
+fn cli_failure(e: cli::CliError) -> Failure {
+    match e {
+        cli::CliError::Usage(_) => Failure::config(e),
+        e => Failure::runtime(e),
+    }
 }
 
 fn runtime(e: impl Into<anyhow::Error>) -> Failure {
@@ -191,6 +276,51 @@ async fn operator_command(cmd: Cmd) -> Result<(), Failure> {
         Cmd::Abort { op, op_id } => admin(&op, AdminRequest::Abort { op: op_id }).await,
         Cmd::DoNotDisrupt { op, node, off } => {
             admin(&op, AdminRequest::DoNotDisrupt { node, on: !off }).await
+        }
+        Cmd::Pause {
+            op,
+            group,
+            reason,
+            for_,
+            until,
+        } => {
+            let req =
+                cli::controls::pause(group.as_deref(), &reason, for_, until, chrono::Utc::now())
+                    .map_err(cli_failure)?;
+            admin(&op, req).await
+        }
+        Cmd::Resume { op, group } => {
+            admin(
+                &op,
+                cli::controls::resume(group.as_deref()).map_err(cli_failure)?,
+            )
+            .await
+        }
+        Cmd::Cordon { op, node, reason } => {
+            admin(&op, cli::controls::cordon(&node, true, &reason)).await
+        }
+        Cmd::Uncordon { op, node } => admin(&op, cli::controls::cordon(&node, false, "")).await,
+        Cmd::Activate { op, node } => admin(&op, cli::controls::activate(&node)).await,
+        Cmd::Drain { op, keep, node } => admin(&op, cli::controls::drain(&node, keep)).await,
+        Cmd::History {
+            config,
+            state_dir,
+            since,
+            group,
+            json,
+        } => {
+            let lines = cli::controls::history_of(
+                &config,
+                state_dir.as_deref(),
+                since,
+                group.as_deref(),
+                json,
+            )
+            .map_err(cli_failure)?;
+            for l in lines {
+                println!("{l}");
+            }
+            Ok(())
         }
         Cmd::Place(args) => gearshift_placement::cli::run_place(args)
             .await

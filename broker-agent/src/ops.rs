@@ -19,6 +19,7 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 pub use crate::core::exhaustion::{Exhaustion, Supply};
+pub use crate::core::operator::controls::{Cordon, Pause};
 pub use crate::core::scale_down::{DownEnd, DownStep, DrainProgress, Origin, ScaleDown};
 pub use crate::core::scale_up::{ScaleUp, UpStep};
 pub use crate::policy::GroupMemory;
@@ -165,8 +166,9 @@ pub enum OpBody {
 }
 
 /// Per-group record: the policy's memory (cooldowns, stabilization, last
-/// decision) and the exhaustion tracker's state (backoff, quota, exhaustion).
-/// Journaled as one flat JSON object, as the first versions wrote it.
+/// decision), the exhaustion tracker's state (backoff, quota, exhaustion)
+/// and an operator's pause. Journaled as one flat JSON object, as the first
+/// versions wrote it.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct GroupState {
     /// What the policy remembers between evaluations.
@@ -175,6 +177,9 @@ pub struct GroupState {
     /// Whether and when the cloud can supply a node to the group.
     #[serde(flatten)]
     pub supply: Supply,
+    /// An operator's pause of the group (absent from earlier records).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paused: Option<Pause>,
 }
 
 /// Every operation, in flight and finished, by id.

@@ -32,6 +32,9 @@ pub struct GroupStatus {
     /// No scale-up before this.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backoff_until: Option<DateTime<Utc>>,
+    /// `paused by X until Y: reason`, while the group (or the fleet) is paused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paused: Option<String>,
 }
 
 /// Figures of one profile.
@@ -93,6 +96,10 @@ pub struct NodeStatus {
     pub max_active_gears: u32,
     /// Operator or report do-not-disrupt.
     pub do_not_disrupt: bool,
+    /// `cordoned by X: reason`, while an operator keeps it out of placement
+    /// and scale-down.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cordoned: Option<String>,
     /// Last report received.
     pub last_report: DateTime<Utc>,
 }
@@ -106,6 +113,9 @@ pub struct Status {
     pub at: Option<DateTime<Utc>>,
     /// The stale-node breaker is open (no scaling).
     pub breaker_open: bool,
+    /// `paused by X until Y: reason`, while the whole fleet is paused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paused: Option<String>,
     /// Per profile.
     pub profiles: Vec<ProfileStatus>,
     /// Per group.
@@ -139,6 +149,12 @@ impl Status {
             agent: agent.to_string(),
             at: Some(now),
             breaker_open: core.meta().breaker_open,
+            paused: core
+                .meta()
+                .fleet_pause
+                .as_ref()
+                .filter(|p| p.holds(now))
+                .map(|p| format!("fleet {}", p.describe())),
             profiles,
             groups: groups_of(core, now),
             nodes: nodes_of(core, now),
@@ -166,9 +182,20 @@ impl Status {
                 "BREAKER OPEN: too many nodes are missing; all scaling stopped"
             );
         }
+        if let Some(p) = &self.paused {
+            let _ = writeln!(s, "PAUSED: {p}");
+        }
         self.render_profiles(&mut s);
         self.render_groups(&mut s);
         self.render_ops(&mut s);
+        let cordoned: Vec<String> = self
+            .nodes
+            .iter()
+            .filter_map(|n| n.cordoned.as_ref().map(|c| format!("  {} {c}", n.node)))
+            .collect();
+        if !cordoned.is_empty() {
+            let _ = writeln!(s, "\nCORDONED NODES:\n{}", cordoned.join("\n"));
+        }
         if !self.refused.is_empty() {
             let r: Vec<String> = self
                 .refused
@@ -210,6 +237,9 @@ impl Status {
         for g in &self.groups {
             let t = &g.stats;
             let mut note = String::new();
+            if let Some(p) = &g.paused {
+                note.push_str(&format!("PAUSED ({p}) "));
+            }
             if let Some(e) = &g.exhausted {
                 note.push_str(&format!("EXHAUSTED {e}"));
             }
@@ -310,6 +340,7 @@ fn groups_of(core: &Core, now: DateTime<Utc>) -> Vec<GroupStatus> {
                     )
                 }),
                 backoff_until: st.supply.backoff_until.filter(|t| *t > now),
+                paused: core.pause_of(&g, now).map(|p| p.describe()),
             }
         })
         .collect()
@@ -331,6 +362,7 @@ fn nodes_of(core: &Core, now: DateTime<Utc>) -> Vec<NodeStatus> {
                 gears_total: e.total_gears(),
                 max_active_gears: e.report.max_active_gears,
                 do_not_disrupt: e.report.do_not_disrupt || core.marks().contains(&e.report.node),
+                cordoned: core.cordons().get(&e.report.node).map(|c| c.describe()),
                 last_report: e.received,
             }
         })

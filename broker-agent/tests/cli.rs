@@ -89,3 +89,50 @@ fn keygen_writes_a_key_pair_and_refuses_to_overwrite() {
     assert!(gearshift_proto::KeyPair::from_pem(&key).is_ok());
     assert!(!run().status.success(), "no silent overwrite");
 }
+
+#[test]
+fn history_reads_the_state_directory_without_the_bus() {
+    use gearshift_broker::history::{Event, Record, SagaStep, Writer};
+    let dir = tempfile::tempdir().unwrap();
+    let mut w = Writer::new(dir.path(), &Default::default());
+    for (op, d, hours) in [("op-old", "d1", 30), ("op-1", "d1", 1), ("op-2", "d2", 2)] {
+        w.append(&Record {
+            at: chrono::Utc::now() - chrono::Duration::hours(hours),
+            event: Event::Saga(SagaStep {
+                op: op.into(),
+                kind: "scale_down".into(),
+                district: d.into(),
+                profile: "small".into(),
+                node: Some("n1".into()),
+                from: Some("evacuating".into()),
+                to: "confirming_empty".into(),
+            }),
+        })
+        .unwrap();
+    }
+    let run = |args: &[&str]| {
+        let out = bin()
+            .arg("history")
+            .arg("--state-dir")
+            .arg(dir.path())
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let day = run(&[]);
+    assert_eq!(day.lines().count(), 2, "{day}");
+    assert!(day.contains("saga op-1 scale_down d1/small node=n1: evacuating -> confirming_empty"));
+    let d2 = run(&["--group", "d2/small", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(d2.trim()).unwrap();
+    assert_eq!(
+        (v["type"].as_str(), v["op"].as_str()),
+        (Some("saga"), Some("op-2"))
+    );
+    assert_eq!(run(&["--since", "48h"]).lines().count(), 3);
+}

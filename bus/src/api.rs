@@ -12,6 +12,7 @@ use futures::Stream;
 use tokio::sync::{broadcast, mpsc};
 
 use crate::error::BusError;
+pub use crate::health::{BusHealth, Refusing};
 
 /// A message to publish on the `gearshift` topic exchange.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -131,12 +132,38 @@ impl Default for ConsumeOptions {
 pub trait AckHandle: Send + Sync {
     /// Positive acknowledgement: the message is done with and leaves the queue.
     async fn ack(&self) -> Result<(), BusError>;
-    /// Negative acknowledgement; with `requeue` the message is delivered again.
+    /// Negative acknowledgement; with `requeue` the message is delivered again
+    /// (on ActiveMQ together with every other delivery of its subscription
+    /// not yet settled, whose handles then fail), without it it is dropped
+    /// or dead-lettered.
     async fn nack(&self, requeue: bool) -> Result<(), BusError>;
+}
+
+/// What is known of a message the transport dropped for its size: it was
+/// over the limit, so its body was never handed on (on STOMP, never even
+/// buffered). The transport already acknowledged it (a NACK without requeue
+/// on AMQP, which dead-letters it where the queue has a dead-letter exchange).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TooLarge {
+    /// Size of the body in bytes (as announced by `content-length`, or as
+    /// counted while it was skipped or received).
+    pub size: u64,
+    /// The transport's limit, in bytes.
+    pub limit: usize,
+    /// The message's transport headers (STOMP headers; AMQP properties such
+    /// as `message-id`, `user-id`, `app-id`), without the body: the sender
+    /// is known from the delivery's key (`event.<node>`, `report.<d>.<node>`)
+    /// or `reply_to`, since the envelope's `from` was in the dropped body.
+    pub headers: Vec<(String, String)>,
 }
 
 /// One received message. Dropping it without `ack` or `nack` leaves it
 /// unacknowledged: the broker redelivers it when the consumer goes away.
+///
+/// A message over the transport's size limit arrives as a delivery with
+/// [`Delivery::too_large`] set and an empty payload, so that the consumer can
+/// count and answer it (`refused_total{reason="too_large"}`, `event.refused`);
+/// the transport already settled it and the subscription goes on.
 pub struct Delivery {
     /// The routing key it was published with (for replies: the reply queue).
     pub key: String,
@@ -148,6 +175,9 @@ pub struct Delivery {
     pub correlation_id: Option<String>,
     /// The broker delivered it before (a consumer died or nacked).
     pub redelivered: bool,
+    /// Set when the message was over the size limit and was dropped: the
+    /// payload is empty and `ack`/`nack` do nothing.
+    pub too_large: Option<TooLarge>,
     pub(crate) acker: Option<Box<dyn AckHandle>>,
 }
 
@@ -159,6 +189,7 @@ impl fmt::Debug for Delivery {
             .field("reply_to", &self.reply_to)
             .field("correlation_id", &self.correlation_id)
             .field("redelivered", &self.redelivered)
+            .field("too_large", &self.too_large)
             .finish()
     }
 }
@@ -179,7 +210,30 @@ impl Delivery {
             reply_to,
             correlation_id,
             redelivered,
+            too_large: None,
             acker,
+        }
+    }
+
+    /// A delivery standing for a message dropped for its size; transports
+    /// call this once they have settled the message.
+    pub fn oversized(
+        key: String,
+        reply_to: Option<String>,
+        correlation_id: Option<String>,
+        redelivered: bool,
+        too_large: TooLarge,
+    ) -> Self {
+        Delivery {
+            too_large: Some(too_large),
+            ..Self::new(
+                key,
+                Bytes::new(),
+                reply_to,
+                correlation_id,
+                redelivered,
+                None,
+            )
         }
     }
 
@@ -191,7 +245,8 @@ impl Delivery {
         }
     }
 
-    /// Rejects the delivery; with `requeue` it is delivered again.
+    /// Rejects the delivery; with `requeue` it is delivered again (see
+    /// [`AckHandle::nack`] for ActiveMQ).
     pub async fn nack(mut self, requeue: bool) -> Result<(), BusError> {
         match self.acker.take() {
             Some(a) => a.nack(requeue).await,
@@ -304,6 +359,14 @@ pub trait Bus: Send + Sync + 'static {
 
     /// Connection state changes.
     fn events(&self) -> broadcast::Receiver<BusEvent>;
+
+    /// What the bus says about itself now: connected or not, what the broker
+    /// refuses, oversized messages dropped. Cheap: for metrics and health
+    /// checks. Buses that track nothing (the memory transport, wrappers)
+    /// report [`BusHealth::healthy`].
+    fn health(&self) -> BusHealth {
+        BusHealth::healthy()
+    }
 
     /// Closes the connection; pending operations fail with [`BusError::Closed`].
     async fn close(&self);

@@ -40,6 +40,11 @@ impl Backoff {
         Self::new(opts.reconnect_min, opts.reconnect_max)
     }
 
+    /// The longest delay.
+    pub fn max(&self) -> Duration {
+        self.max
+    }
+
     fn schedule(&self) -> ExponentialBackoff {
         ExponentialBuilder::new()
             .with_min_delay(self.min)

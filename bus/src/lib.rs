@@ -7,12 +7,14 @@
 //! | --- | --- |
 //! | `memory://[name]` | in-process ([`memory`]), for the demo and unit tests |
 //! | `amqp://user:pass@host:port/vhost`, `amqps://…` | AMQP 0-9-1 via lapin ([`amqp`]) |
-//! | `stomp://user:pass@host:port[/vhost]`, `stomp+ssl://…` | STOMP 1.2, our own codec and session ([`stomp`]) |
+//! | `stomp://user:pass@host:port[/vhost][?flavor=rabbitmq\|activemq]`, `stomp+ssl://…` | STOMP 1.2, our own codec and session ([`stomp`]); the flavor is detected when not named |
 //!
 //! ## Layout
 //! - [`api`]: the trait, messages, deliveries, subscriptions, queue specs.
 //! - [`mod@backoff`]: the one retry policy (reconnects of both transports,
 //!   consumer restarts, and [`fn@backoff`] for the agents), on `backon`.
+//! - [`health`]: what a bus reports about itself ([`BusHealth`]: connected,
+//!   refused operations, oversized messages dropped).
 //! - [`url`]: bus URL parsing (no network access).
 //! - [`reply`]: request/reply on top of any transport.
 //! - [`memory`], [`amqp`], [`stomp`]: the transports.
@@ -25,6 +27,10 @@
 //!   neither acked nor nacked when its consumer goes away is delivered again.
 //! - Transports reconnect with backoff and restore their topology
 //!   (exchange, queues, bindings, consumers) before reporting `Connected`.
+//! - A message over the transport's size limit never ends a session: it is
+//!   settled and handed on as a delivery with [`Delivery::too_large`] set.
+//! - An operation the broker refuses is retried no sooner than its backoff
+//!   allows, and shows in [`Bus::health`] until it succeeds.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -33,6 +39,7 @@ pub mod amqp;
 pub mod api;
 pub mod backoff;
 pub mod error;
+pub mod health;
 pub mod memory;
 pub mod reply;
 pub mod stomp;
@@ -44,10 +51,11 @@ use std::time::Duration;
 
 pub use api::{
     AckHandle, Bus, BusEvent, ConsumeOptions, Delivery, Durability, OutMessage, QueueSpec,
-    SharedBus, Subscription,
+    SharedBus, Subscription, TooLarge,
 };
 pub use backoff::Backoff;
 pub use error::BusError;
+pub use health::{BusHealth, Refusing};
 pub use url::{BusUrl, StompFlavor};
 
 /// TLS settings for `amqps://` and `stomp+ssl://`.

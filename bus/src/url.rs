@@ -1,5 +1,9 @@
 //! Bus URLs: `memory://[name]`, `amqp[s]://user:pass@host:port/vhost`,
 //! `stomp[+ssl]://user:pass@host:port[/vhost][?flavor=rabbitmq|activemq]`.
+//!
+//! Without `?flavor=`, a STOMP bus learns the broker from the `server`
+//! header of its CONNECTED frame ([`StompFlavor::from_server`]); a named
+//! flavor that the server contradicts is an error at connect.
 
 use std::fmt;
 
@@ -10,8 +14,33 @@ use crate::error::BusError;
 pub enum StompFlavor {
     /// RabbitMQ's STOMP plugin: `/exchange/gearshift/<key>`, `/amq/queue/<name>`.
     RabbitMq,
-    /// ActiveMQ (Classic or Artemis): `/topic/gearshift.<key>`, `/queue/<name>`.
+    /// ActiveMQ Classic: virtual topics `/topic/VirtualTopic.gearshift.<key>`,
+    /// consumer queues `/queue/Consumer.<name>.VirtualTopic.gearshift.<pattern>`
+    /// (see [`crate::stomp::dest`]). Artemis is taken for it too, untested.
     ActiveMq,
+}
+
+impl StompFlavor {
+    /// The flavor a CONNECTED frame's `server` header names: `ActiveMQ/5.17.2`
+    /// (and `ActiveMQ-Artemis/…`) or `RabbitMQ/3.10.8`; `None` for anything else.
+    pub fn from_server(server: &str) -> Option<StompFlavor> {
+        let product = server.split('/').next().unwrap_or_default().trim();
+        if product.starts_with("ActiveMQ") {
+            Some(StompFlavor::ActiveMq)
+        } else if product.starts_with("RabbitMQ") {
+            Some(StompFlavor::RabbitMq)
+        } else {
+            None
+        }
+    }
+
+    /// The name used in `?flavor=`.
+    pub fn name(self) -> &'static str {
+        match self {
+            StompFlavor::RabbitMq => "rabbitmq",
+            StompFlavor::ActiveMq => "activemq",
+        }
+    }
 }
 
 /// A parsed bus URL.
@@ -47,8 +76,12 @@ pub enum BusUrl {
         vhost: String,
         /// `stomp+ssl`.
         tls: bool,
-        /// Destination naming.
+        /// Destination naming: the flavor `?flavor=` names, or RabbitMQ when
+        /// it names none and the server's CONNECTED frame does not say either.
         flavor: StompFlavor,
+        /// `?flavor=` was given: the server must agree with it. Otherwise
+        /// the CONNECTED frame's `server` header decides.
+        flavor_named: bool,
     },
 }
 
@@ -151,23 +184,7 @@ impl BusUrl {
                 } else {
                     pct(path)?
                 };
-                let mut flavor = StompFlavor::RabbitMq;
-                for (k, v) in u.query_pairs() {
-                    match (k.as_ref(), v.as_ref()) {
-                        ("flavor", "rabbitmq") => flavor = StompFlavor::RabbitMq,
-                        ("flavor", "activemq") | ("flavor", "artemis") => {
-                            flavor = StompFlavor::ActiveMq
-                        }
-                        ("flavor", other) => {
-                            return Err(err(&format!(
-                                "unknown flavor {other:?} (rabbitmq or activemq)"
-                            )));
-                        }
-                        (other, _) => {
-                            return Err(err(&format!("unknown query parameter {other:?}")));
-                        }
-                    }
-                }
+                let (flavor, flavor_named) = stomp_flavor(&u).map_err(|r| err(&r))?;
                 Ok(BusUrl::Stomp {
                     host: host.to_string(),
                     port,
@@ -176,6 +193,7 @@ impl BusUrl {
                     vhost,
                     tls,
                     flavor,
+                    flavor_named,
                 })
             }
             other => Err(err(&format!(
@@ -183,6 +201,23 @@ impl BusUrl {
             ))),
         }
     }
+}
+
+/// The `?flavor=` of a STOMP URL: the flavor (RabbitMQ when absent) and
+/// whether it was named; `Err` with the reason for anything unknown.
+fn stomp_flavor(u: &url::Url) -> Result<(StompFlavor, bool), String> {
+    let mut found = (StompFlavor::RabbitMq, false);
+    for (k, v) in u.query_pairs() {
+        found = match (k.as_ref(), v.as_ref()) {
+            ("flavor", "rabbitmq") => (StompFlavor::RabbitMq, true),
+            ("flavor", "activemq") | ("flavor", "artemis") => (StompFlavor::ActiveMq, true),
+            ("flavor", other) => {
+                return Err(format!("unknown flavor {other:?} (rabbitmq or activemq)"));
+            }
+            (other, _) => return Err(format!("unknown query parameter {other:?}")),
+        };
+    }
+    Ok(found)
 }
 
 #[cfg(test)]
@@ -218,6 +253,7 @@ mod tests {
                 vhost,
                 tls,
                 flavor,
+                flavor_named,
             } => {
                 assert_eq!(host, "broker.example.com");
                 assert_eq!(port, 61614);
@@ -226,8 +262,33 @@ mod tests {
                 assert_eq!(vhost, "vh");
                 assert!(tls);
                 assert_eq!(flavor, StompFlavor::ActiveMq);
+                assert!(flavor_named);
             }
             other => panic!("{other:?}"),
+        }
+        match BusUrl::parse("stomp://h").unwrap() {
+            BusUrl::Stomp {
+                flavor,
+                flavor_named,
+                ..
+            } => assert_eq!((flavor, flavor_named), (StompFlavor::RabbitMq, false)),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_server_header_names_the_flavor() {
+        for (server, want) in [
+            ("ActiveMQ/5.17.2", Some(StompFlavor::ActiveMq)),
+            (
+                "ActiveMQ-Artemis/2.31.2 ActiveMQ Artemis Messaging Engine",
+                Some(StompFlavor::ActiveMq),
+            ),
+            ("RabbitMQ/3.10.8", Some(StompFlavor::RabbitMq)),
+            ("Apache/1.0", None),
+            ("", None),
+        ] {
+            assert_eq!(StompFlavor::from_server(server), want, "{server}");
         }
     }
 

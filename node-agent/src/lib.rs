@@ -34,15 +34,23 @@
 //! ```
 //!
 //! ## Layout
-//! - [`agent`]: the agent: command consumer (decode, authenticate, replay
-//!   journal, execute, acknowledge once durable), ping responder, reporter,
-//!   and the outbox that keeps events while the bus is away.
+//! - [`core`]: the node's decisions without I/O: [`core::NodeCore`] takes
+//!   commands, completions and move results and returns the actions to carry
+//!   out (accept or refuse, journal, persist, evacuation scheduling and
+//!   checkpoints, replies, when to acknowledge). Unit-tested without a bus
+//!   or a clock; the simulator's lite nodes run it too.
+//! - [`agent`]: the agent around it: the core task that owns the core and
+//!   carries out its actions, the intake loops (command queue and broadcast
+//!   pings through the [`gearshift_proto::Gate`]), the reporter, and the
+//!   outbox that keeps events while the bus is away. Every task is spawned
+//!   on one `TaskTracker` ([`AgentConfig::tracker`]).
 //! - [`runtime`]: where gears live and how they move: `openshift`, `dir`,
 //!   `exec`, `sim`.
-//! - [`evacuate`]: bounded-parallel moves with retries, a checkpointed
-//!   [`evacuate::plan::Plan`] and resumption after a crash.
+//! - [`evacuate`]: the checkpointed [`evacuate::plan::Plan`] and the
+//!   [`evacuate::Mover`] that runs the core's moves with retries.
 //! - [`state`]: the flock-locked state directory: active flag, command
-//!   journal (the persisted replay guard), report sequence, atomic writes.
+//!   journal (the persisted replay guard: a pure index and its files),
+//!   report sequence, atomic writes.
 //! - [`heat`]: Heat signals (alarm URLs, signal URL with a Keystone token,
 //!   mark-unhealthy), sent with `gearshift-cloud`'s Heat client.
 //! - [`config`]: `node.toml`, validated before any network access (the
@@ -59,6 +67,7 @@
 
 pub mod agent;
 pub mod config;
+pub mod core;
 pub mod evacuate;
 pub mod heat;
 pub mod metrics;

@@ -146,6 +146,16 @@ pub fn render(s: &Status) -> String {
         let _ = writeln!(o, "removed:     {t}");
     }
     if let Some(x) = snap {
+        render_snapshot(&mut o, x);
+    }
+    render_operations(&mut o, s);
+    o
+}
+
+/// The snapshot's lines: identity, gears, bus.
+fn render_snapshot(o: &mut String, x: &Snapshot) {
+    use std::fmt::Write;
+    {
         let _ = writeln!(
             o,
             "profile:     {}   district: {}   runtime: {}",
@@ -181,6 +191,11 @@ pub fn render(s: &Status) -> String {
         );
         let _ = writeln!(o, "snapshot:    {}", x.updated_at);
     }
+}
+
+/// The evacuation in progress and the last one.
+fn render_operations(o: &mut String, s: &Status) {
+    use std::fmt::Write;
     match &s.operation {
         Some(op) => {
             let _ = writeln!(
@@ -206,5 +221,4 @@ pub fn render(s: &Status) -> String {
             op.command, op.corr, op.moved, op.failed, op.total
         );
     }
-    o
 }

@@ -1,5 +1,5 @@
 //! The node agent's scenarios on the in-process bus. The same scenarios run
-//! on RabbitMQ over AMQP and STOMP in `tests/tests/node_commands.rs`.
+//! on RabbitMQ over AMQP and STOMP in `tests/tests/it/node_commands.rs`.
 
 #[path = "../../tests/src/node_harness.rs"]
 #[allow(dead_code)]

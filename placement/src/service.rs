@@ -13,16 +13,23 @@
 //! a refusal when it has a reply address, logged, and acknowledged: sending
 //! it again would not make it valid.
 //!
+//! Nodes an operator cordoned ([`ServeOptions::cordoned`]) are taken out of
+//! every request's candidates before the filters, and listed in the reply's
+//! `filtered` as `cordoned`.
+//!
 //! A placement has no side effect, so a request seen twice (a redelivery, a
 //! replay within the time window) is simply answered twice; requests are
 //! decided concurrently (up to [`ServeOptions::concurrency`]).
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::Utc;
 use gearshift_bus::{ConsumeOptions, Delivery, OutMessage, QueueSpec, SharedBus};
-use gearshift_proto::msg::{Kind, Message, NodeProperties, PlacementReply, PlacementRequest};
+use gearshift_proto::msg::{
+    FilteredNode, Kind, Message, NodeProperties, PlacementReply, PlacementRequest,
+};
 use gearshift_proto::sign::{KeyPair, Keyring, TimePolicy};
 use gearshift_proto::{Envelope, Expect, Gate, Step, routing};
 use tokio::sync::Semaphore;
@@ -41,6 +48,9 @@ pub const REPLY_TTL: Duration = Duration::from_secs(60);
 /// candidate nodes (`gearshift-broker place` without `--node`).
 pub type FleetSource = Arc<dyn Fn() -> Vec<NodeProperties> + Send + Sync>;
 
+/// Nodes an operator cordoned: never chosen, whoever lists them.
+pub type CordonSource = Arc<dyn Fn() -> BTreeSet<String> + Send + Sync>;
+
 /// Tuning of [`serve_with`].
 #[derive(Clone)]
 pub struct ServeOptions {
@@ -58,6 +68,9 @@ pub struct ServeOptions {
     /// Notified (`notify_one`) once the queue is declared, bound and
     /// consumed, so that a caller can wait for readiness. Default none.
     pub ready: Option<Arc<tokio::sync::Notify>>,
+    /// Cordoned nodes, removed from every request's candidates (reported in
+    /// `filtered` as `cordoned`). Default none.
+    pub cordoned: Option<CordonSource>,
 }
 
 impl Default for ServeOptions {
@@ -68,6 +81,7 @@ impl Default for ServeOptions {
             time: TimePolicy::default(),
             fleet: None,
             ready: None,
+            cordoned: None,
         }
     }
 }
@@ -80,6 +94,7 @@ impl std::fmt::Debug for ServeOptions {
             .field("time", &self.time)
             .field("fleet", &self.fleet.is_some())
             .field("ready", &self.ready.is_some())
+            .field("cordoned", &self.cordoned.is_some())
             .finish()
     }
 }
@@ -175,6 +190,26 @@ pub async fn serve_with(
     Ok(())
 }
 
+/// Takes the cordoned nodes out of `req`'s candidates; returns their names.
+fn without_cordoned(req: &mut PlacementRequest, cordoned: Option<&CordonSource>) -> Vec<String> {
+    let Some(source) = cordoned else {
+        return vec![];
+    };
+    let set = source();
+    if set.is_empty() {
+        return vec![];
+    }
+    let mut out = vec![];
+    req.nodes.retain(|n| {
+        let keep = !set.contains(&n.name);
+        if !keep {
+            out.push(n.name.clone());
+        }
+        keep
+    });
+    out
+}
+
 /// A request that cannot be served, and why.
 fn refuse(reason: String) -> PlacementReply {
     PlacementReply {
@@ -205,11 +240,18 @@ async fn handle(ctx: &Ctx, d: Delivery) {
             {
                 req.nodes = fleet();
             }
+            let cordoned = without_cordoned(&mut req, ctx.opts.cordoned.as_ref());
             let engine = ctx.engine.clone();
             let app = req.app.name.clone();
-            let reply = tokio::task::spawn_blocking(move || engine.place(&req))
+            let mut reply = tokio::task::spawn_blocking(move || engine.place(&req))
                 .await
                 .unwrap_or_else(|e| refuse(format!("placement failed internally: {e}")));
+            reply
+                .filtered
+                .extend(cordoned.into_iter().map(|node| FilteredNode {
+                    node,
+                    filter: "cordoned".into(),
+                }));
             tracing::info!(
                 from = %env.from,
                 id = %env.id,
@@ -290,4 +332,30 @@ struct Header {
     id: uuid::Uuid,
     from: String,
     corr: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cordoned_nodes_leave_the_candidates() {
+        let mut req: PlacementRequest = serde_json::from_value(serde_json::json!({
+            "nodes": [{"name": "a", "node_consumed_capacity": 1.0, "active": true},
+                      {"name": "b", "node_consumed_capacity": 1.0, "active": true}],
+            "app": {"id": "x", "name": "x", "scalable": false, "ha": false},
+            "current_gears": [], "components": [],
+            "user": {"id": "u", "login": "u", "consumed_gears": 0, "capabilities": {}, "plan_id": null},
+            "request_time": "2026-11-22T10:00:00Z"
+        }))
+        .unwrap();
+        assert!(without_cordoned(&mut req, None).is_empty());
+        let src: CordonSource = Arc::new(|| BTreeSet::from(["b".to_string()]));
+        assert_eq!(
+            without_cordoned(&mut req, Some(&src)),
+            vec!["b".to_string()]
+        );
+        assert_eq!(req.nodes.len(), 1);
+        assert_eq!(req.nodes[0].name, "a");
+    }
 }

@@ -196,7 +196,9 @@ impl Refusal {
         }
     }
 
-    fn auth(env: &Envelope, e: &AuthError) -> Refusal {
+    /// A refusal for `e`, found by the gate or by a receiver's own checks
+    /// after it (the time of a new command, a replay record of its own).
+    pub fn auth(env: &Envelope, e: &AuthError) -> Refusal {
         let step = match e {
             AuthError::Expired(_) | AuthError::Stale { .. } => Step::Time,
             _ => Step::Auth,

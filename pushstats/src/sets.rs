@@ -215,6 +215,7 @@ pub(crate) mod tests {
             mem_free_mb: 1024,
             mem_total_mb: 4096,
             started_at: chrono::Utc::now(),
+            booted_at: None,
             booted_for: None,
             do_not_disrupt: false,
             pinned_gears: 0,

@@ -2,29 +2,30 @@
 //! that speak the real protocol at a fraction of a node agent's cost.
 //!
 //! Every lite node has its own Ed25519 key and signs real `report` envelopes
-//! and real events; it answers the broker agent's signed commands
-//! (`deactivate`, `activate`, `evacuate`, `inventory`) after checking their
-//! signature, age and replay, with the events a node agent sends (`progress`
-//! after every gear, then `done`). Moves cost nothing: a gear leaves the
-//! victim and joins its target in the same step. What a lite node does not
-//! have is what costs memory and time in a real one: a process, a state
-//! directory, a journal, a gear runtime, its own connection. The nodes share
-//! a few bus connections (one command subscription, `cmd.#`, for all of
-//! them), so that RabbitMQ and the broker agent see the message rates of a
-//! real fleet of that size.
+//! and real events. Its commands go through the node agent's own code: the
+//! [`gearshift_proto::Gate`] with the node's expectations, then one
+//! [`gearshift_node::core::NodeCore`] per node (the same decisions, journal
+//! and evacuation bookkeeping as a node agent), whose actions a cheap
+//! in-memory "runtime" carries out (`commands`): moves cost nothing (a gear
+//! leaves the victim and joins its target in the same step), nothing is
+//! written to disk. What a lite node does not have is what costs memory and
+//! time in a real one: a process, a state directory, a gear runtime, its own
+//! connection, its own tasks. The nodes share a few bus connections (one
+//! command subscription, `cmd.#`, for all of them), so that RabbitMQ and the
+//! broker agent see the message rates of a real fleet of that size.
 
-use std::collections::{HashMap, HashSet};
+mod commands;
+
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
 use gearshift_bus::{OutMessage, SharedBus};
-use gearshift_proto::msg::{
-    CommandResult, DistrictInfo, Done, Evacuate, Failed, GearCounts, GearInfo, GearOutcome,
-    GearResult, GearState, Message, NodeReport, Progress, Role,
-};
-use gearshift_proto::sign::{TimePolicy, authenticate};
+use gearshift_node::core::{CoreConfig, NodeCore};
+use gearshift_node::state::journal::Journal;
+use gearshift_proto::msg::{DistrictInfo, GearCounts, GearInfo, GearState, NodeReport};
 use gearshift_proto::{Envelope, KeyPair, Keyring, routing};
 use tokio_util::sync::CancellationToken;
 
@@ -56,12 +57,13 @@ pub struct LiteSpec {
 #[derive(Debug)]
 struct NodeState {
     seq: u64,
-    active: bool,
     gears: Vec<u32>,
     /// Of the gears, how many are started; the rest are idle.
     started: u32,
-    /// Command ids already answered (idempotence on `id`).
-    seen: HashSet<uuid::Uuid>,
+    /// A report is due (coalesces the changes of one evacuation).
+    dirty: bool,
+    /// The node's decisions, as a node agent takes them.
+    core: NodeCore,
 }
 
 /// One simulated node.
@@ -87,9 +89,9 @@ pub struct LiteCounters {
     pub report_errors: AtomicU64,
     /// Commands received and verified, by any node.
     pub commands: AtomicU64,
-    /// Commands refused (bad signature, stale, unknown node).
+    /// Commands refused (bad signature, stale, replayed).
     pub refused: AtomicU64,
-    /// Duplicate commands ignored.
+    /// Redelivered or repeated commands answered from the journal.
     pub duplicates: AtomicU64,
     /// Evacuate commands executed.
     pub evacuations: AtomicU64,
@@ -117,6 +119,7 @@ pub struct LiteFleet {
     by_name: HashMap<String, usize>,
     buses: Vec<SharedBus>,
     brokers: Keyring,
+    core_config: CoreConfig,
     spec: LiteSpec,
     next_gear: AtomicU64,
     /// What the fleet did.
@@ -162,10 +165,6 @@ pub fn district_name(tag: &str, spec: &LiteSpec, i: usize) -> String {
     format!("{tag}-d{:04}", i / spec.per_district.max(1))
 }
 
-fn gear_name(id: u32) -> String {
-    format!("g{id:08}")
-}
-
 impl LiteFleet {
     /// Builds the fleet: keys, names and gears; nothing is sent yet.
     /// `brokers` are the keys whose commands the nodes obey.
@@ -190,10 +189,10 @@ impl LiteFleet {
                 conn: i % buses.len(),
                 state: Mutex::new(NodeState {
                     seq: seq0,
-                    active: true,
                     started: spec.gears,
                     gears,
-                    seen: HashSet::new(),
+                    dirty: false,
+                    core: NodeCore::new(true, Journal::default()),
                 }),
             }));
         }
@@ -203,6 +202,7 @@ impl LiteFleet {
             by_name,
             buses,
             brokers,
+            core_config: lite_core_config(),
             spec,
             next_gear: AtomicU64::new(u64::from(next_gear)),
             counters: LiteCounters::default(),
@@ -265,7 +265,10 @@ impl LiteFleet {
 
     /// Nodes that are inactive (deactivated by the broker agent).
     pub fn inactive(&self) -> usize {
-        self.nodes.iter().filter(|n| !lock(&n.state).active).count()
+        self.nodes
+            .iter()
+            .filter(|n| !lock(&n.state).core.active())
+            .count()
     }
 
     /// Seconds between the first and the last gear move, and the moves.
@@ -289,6 +292,7 @@ impl LiteFleet {
         let n = &self.nodes[i];
         let report = {
             let mut st = lock(&n.state);
+            st.dirty = false;
             let now_us = Utc::now().timestamp_micros().max(0) as u64;
             st.seq = (st.seq + 1).max(now_us);
             let total = st.gears.len() as u32;
@@ -309,16 +313,17 @@ impl LiteFleet {
                     idle: total - started,
                     ..Default::default()
                 },
-                active: st.active,
+                active: st.core.active(),
                 region: None,
                 zone: None,
                 mem_free_mb: 4096,
                 mem_total_mb: 8192,
                 started_at: Utc::now(),
+                booted_at: None,
                 booted_for: None,
                 do_not_disrupt: false,
                 pinned_gears: 0,
-                operation: None,
+                operation: st.core.operation(),
                 interval_secs: self.spec.interval.as_secs().max(1) as u32,
                 agent_version: concat!("lite-", env!("CARGO_PKG_VERSION")).into(),
             }
@@ -441,210 +446,18 @@ impl LiteFleet {
         }
         *lock(&self.dirty_rx) = dirty;
     }
+}
 
-    /// Answers the broker agent's commands until `stop`. Call once.
-    pub async fn serve_commands(self: &Arc<Self>, stop: CancellationToken) -> anyhow::Result<()> {
-        let mut sub = self.buses[0].subscribe("cmd.#").await?;
-        loop {
-            let d = tokio::select! {
-                _ = stop.cancelled() => return Ok(()),
-                d = sub.next() => match d {
-                    Some(d) => d,
-                    None => anyhow::bail!("the command subscription ended"),
-                },
-            };
-            let me = self.clone();
-            tokio::spawn(async move { me.on_command(&d.key, &d.payload).await });
-        }
-    }
+/// The core settings of every lite node: a node agent's defaults, a small
+/// journal (no lite node is sent more than a few commands), no Heat.
+fn lite_core_config() -> CoreConfig {
+    let mut c = CoreConfig::new(Utc::now());
+    c.journal_capacity = 16;
+    c
+}
 
-    async fn on_command(self: Arc<Self>, key: &str, payload: &[u8]) {
-        let Some(node) = key.strip_prefix("cmd.").and_then(routing::unsegment) else {
-            return;
-        };
-        let Some(i) = self.index(&node) else {
-            // Not ours (another fleet's node on the same bus).
-            return;
-        };
-        let now = Utc::now();
-        let decoded = match Envelope::decode(payload) {
-            Ok(d) => d,
-            Err(e) => {
-                tracing::warn!(node, error = %e, "lite node: malformed command");
-                self.counters.refused.fetch_add(1, Ordering::Relaxed);
-                return;
-            }
-        };
-        match authenticate(&self.brokers, &TimePolicy::default(), &decoded, now) {
-            Ok(Role::Broker) => {}
-            Ok(role) => {
-                tracing::warn!(node, %role, "lite node: command from a non-broker key");
-                self.counters.refused.fetch_add(1, Ordering::Relaxed);
-                return;
-            }
-            Err(e) => {
-                tracing::warn!(node, error = %e, "lite node: command refused");
-                self.counters.refused.fetch_add(1, Ordering::Relaxed);
-                return;
-            }
-        }
-        let env = decoded.envelope;
-        {
-            let mut st = lock(&self.nodes[i].state);
-            if !st.seen.insert(env.id) {
-                self.counters.duplicates.fetch_add(1, Ordering::Relaxed);
-                return;
-            }
-        }
-        self.counters.commands.fetch_add(1, Ordering::Relaxed);
-        let corr = env.corr.clone();
-        let done = |result: CommandResult| -> Message {
-            Done {
-                cmd: env.id,
-                command: env.kind().as_str().into(),
-                result,
-            }
-            .into()
-        };
-        let reply = match &env.msg {
-            Message::Deactivate(_) => {
-                let gears = {
-                    let mut st = lock(&self.nodes[i].state);
-                    st.active = false;
-                    gear_infos(&st)
-                };
-                self.changed(i);
-                done(CommandResult::Deactivated { gears })
-            }
-            Message::Activate(_) => {
-                lock(&self.nodes[i].state).active = true;
-                self.changed(i);
-                done(CommandResult::Activated)
-            }
-            Message::Inventory(_) => {
-                let gears = gear_infos(&lock(&self.nodes[i].state));
-                done(CommandResult::Inventory { gears })
-            }
-            Message::Evacuate(e) => {
-                let (moved, left, results) = self.evacuate(i, &env, e, corr.as_deref()).await;
-                self.counters.evacuations.fetch_add(1, Ordering::Relaxed);
-                if left == 0 {
-                    self.counters.drained.fetch_add(1, Ordering::Relaxed);
-                }
-                self.changed(i);
-                done(CommandResult::Evacuated {
-                    moved,
-                    failed: 0,
-                    results,
-                    gears_left: left,
-                })
-            }
-            other => Failed {
-                cmd: env.id,
-                command: other.kind().as_str().into(),
-                error: "a lite node does not carry out this command".into(),
-                retryable: false,
-                http_status: None,
-            }
-            .into(),
-        };
-        self.emit(i, reply, corr.as_deref()).await;
-    }
-
-    /// Moves every gear of the plan at no cost, with a `progress` event after
-    /// each one, as a node agent does. (moved, gears left, results)
-    async fn evacuate(
-        &self,
-        i: usize,
-        env: &Envelope,
-        e: &Evacuate,
-        corr: Option<&str>,
-    ) -> (u32, u32, Vec<GearResult>) {
-        let total = e.moves.len() as u32;
-        let mut moved = 0u32;
-        let mut results = Vec::with_capacity(e.moves.len());
-        for (k, m) in e.moves.iter().enumerate() {
-            let target = self.index(&m.target);
-            let gear = m.gear.strip_prefix('g').and_then(|s| s.parse::<u32>().ok());
-            let outcome = match (gear, target) {
-                (Some(g), Some(t)) if t != i => {
-                    let taken = {
-                        let mut st = lock(&self.nodes[i].state);
-                        match st.gears.iter().position(|x| *x == g) {
-                            Some(p) => {
-                                st.gears.swap_remove(p);
-                                let n = st.gears.len() as u32;
-                                st.started = st.started.min(n);
-                                true
-                            }
-                            None => false,
-                        }
-                    };
-                    if taken {
-                        let mut ts = lock(&self.nodes[t].state);
-                        ts.gears.push(g);
-                        ts.started += 1;
-                        GearOutcome::Moved
-                    } else {
-                        GearOutcome::AlreadyMoved
-                    }
-                }
-                _ => GearOutcome::Missing,
-            };
-            if outcome == GearOutcome::Moved {
-                moved += 1;
-                self.counters.moves.fetch_add(1, Ordering::Relaxed);
-                let now = Instant::now();
-                let mut w = lock(&self.window);
-                w.first.get_or_insert(now);
-                w.last = Some(now);
-            }
-            let r = GearResult {
-                gear: m.gear.clone(),
-                target: m.target.clone(),
-                outcome,
-                attempts: 1,
-                error: None,
-            };
-            results.push(r.clone());
-            let p = Progress {
-                cmd: env.id,
-                moved,
-                failed: 0,
-                remaining: total - k as u32 - 1,
-                total,
-                results: vec![r],
-            };
-            self.emit(i, p.into(), corr).await;
-        }
-        let left = lock(&self.nodes[i].state).gears.len() as u32;
-        if let Some(t) = e.moves.first().and_then(|m| self.index(&m.target)) {
-            self.changed(t);
-        }
-        (moved, left, results)
-    }
-
-    fn changed(&self, i: usize) {
-        let _ = self.dirty.send(i);
-    }
-
-    async fn emit(&self, i: usize, msg: Message, corr: Option<&str>) {
-        let n = &self.nodes[i];
-        let mut env = Envelope::new(&n.name, msg);
-        if let Some(c) = corr {
-            env = env.with_corr(c);
-        }
-        let m = OutMessage::new(routing::event(&n.name), n.key.seal(env));
-        match self.buses[n.conn].publish(m).await {
-            Ok(()) => {
-                self.counters.events.fetch_add(1, Ordering::Relaxed);
-            }
-            Err(e) => {
-                tracing::warn!(node = %n.name, error = %e, "lite node: event not published");
-                self.counters.event_errors.fetch_add(1, Ordering::Relaxed);
-            }
-        }
-    }
+fn gear_name(id: u32) -> String {
+    format!("g{id:08}")
 }
 
 fn gear_infos(st: &NodeState) -> Vec<GearInfo> {

@@ -1,6 +1,6 @@
-//! The real `gearshift-broker` binary as a child process, with an `exec`
-//! handler whose script appends every request to a file (so a test can count
-//! node requests across restarts and act as the cloud).
+//! The real `gearshift-broker` binary as a child process (its `exec`
+//! handler's request log, read like a cloud, is
+//! [`gearshift_sim::harness::requests`]).
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -8,23 +8,6 @@ use std::process::{Child, Command, Stdio};
 use gearshift_broker::config::BrokerConfig;
 
 pub use crate::bins::broker_binary;
-
-/// Writes the `event` script of an exec handler in `dir` that appends
-/// `<event> <op> <node> <district>` to `log` and succeeds.
-pub fn write_recording_handler(dir: &Path, log: &Path) {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::create_dir_all(dir).unwrap();
-    let script = dir.join("event");
-    std::fs::write(
-        &script,
-        format!(
-            "#!/bin/sh\necho \"$GEARSHIFT_EVENT $GEARSHIFT_OP ${{GEARSHIFT_NODE:--}} $GEARSHIFT_DISTRICT\" >> '{}'\n",
-            log.display()
-        ),
-    )
-    .unwrap();
-    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
-}
 
 /// Writes `cfg` as a TOML file and checks it with `gearshift-broker check-config`.
 pub fn write_config(cfg: &BrokerConfig, path: &Path) {

@@ -1,12 +1,25 @@
-//! Shared helpers for gearshift's cross-crate integration tests (`tests/tests/*.rs`).
+//! Shared helpers for gearshift's cross-crate integration tests (`tests/tests/it/`).
 //!
 //! Real components: RabbitMQ over AMQP and STOMP (made ready by
 //! `scripts/setup-rabbitmq`), Python clients and servers from the virtualenv
 //! that `scripts/test-deps` creates. A missing component fails the test with
 //! a message that says which script to run; nothing is skipped.
+//!
+//! ## Layout
+//! - The tests themselves: one binary, `tests/tests/it/main.rs`, a module
+//!   per concern (`broker_sagas`, `node_commands`, `handlers_nova`, ...).
+//! - [`broker_harness`]: a test bed for the broker agent on the simulator's
+//!   fleet and cloud ([`gearshift_sim::fleet`]) with test timers, a fast
+//!   broker configuration, a watcher of signed decisions.
+//! - [`node_harness`], [`node_scenarios`]: the node agent's controller and
+//!   scenarios (also compiled into `node-agent/tests` by `#[path]`);
+//!   [`node_process`], [`node_proxy`]: its binary, a bus link to cut.
+//! - [`broker_process`], [`bins`]: the agents' binaries as child processes.
+//! - [`fake_openstack`], [`pushstats_gnocchi`], [`pushstats`]: the OpenStack
+//!   APIs, Gnocchi and CloudWatch (moto), which cannot run here for real.
 
 pub mod bins;
-pub mod broker_fleet;
+pub mod broker_harness;
 pub mod broker_process;
 pub mod fake_openstack;
 pub mod node_harness;

@@ -8,12 +8,13 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use chrono::Utc;
 use gearshift_bus::{OutMessage, QueueSpec, SharedBus, Subscription};
 use gearshift_node::agent::AgentConfig;
 use gearshift_node::runtime::SharedRuntime;
 use gearshift_node::{Agent, RunExit};
 use gearshift_proto::msg::{Message, NodeReport, Role};
-use gearshift_proto::{Envelope, KeyPair, Keyring, routing};
+use gearshift_proto::{Envelope, Expect, Gate, KeyPair, Keyring, TimePolicy, routing};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
@@ -165,6 +166,24 @@ impl Controller {
     }
 }
 
+/// `payload` through the signed-message gate with the keys of `ring`
+/// (any kind, any age: the test checks those itself), or `None`.
+pub fn verified(payload: &[u8], ring: &Keyring) -> Option<Envelope> {
+    Gate::new(ring, TimePolicy::default())
+        .admit(payload, Expect::any().any_age(), Utc::now())
+        .ok()
+        .map(|a| a.envelope)
+}
+
+/// [`verified`], or a panic that says why not.
+fn must_verify(payload: &[u8], ring: &Keyring) -> Envelope {
+    match Gate::new(ring, TimePolicy::default()).admit(payload, Expect::any().any_age(), Utc::now())
+    {
+        Ok(a) => a.envelope,
+        Err(r) => panic!("node messages decode and are signed by the node's key: {r}"),
+    }
+}
+
 /// A subscription whose messages must be signed by the node.
 pub struct Verified {
     sub: Subscription,
@@ -186,11 +205,7 @@ impl Verified {
             .await
             .unwrap_or_else(|_| panic!("no message within {within:?}"))
             .expect("subscription open");
-        let decoded = Envelope::decode(&d.payload).expect("node messages decode");
-        self.ring
-            .verify_signature(&decoded)
-            .expect("node messages are signed by the node's key");
-        decoded.envelope
+        must_verify(&d.payload, &self.ring)
     }
 
     /// Skips messages until `pred` holds; panics after `within`.
@@ -211,12 +226,9 @@ impl Verified {
                 Ok(None) => panic!("subscription closed while waiting for {what}"),
                 Err(_) => panic!("timed out after {within:?} waiting for {what}"),
             };
-            let decoded = Envelope::decode(&d.payload).expect("node messages decode");
-            self.ring
-                .verify_signature(&decoded)
-                .expect("node messages are signed by the node's key");
-            if pred(&decoded.envelope) {
-                return decoded.envelope;
+            let e = must_verify(&d.payload, &self.ring);
+            if pred(&e) {
+                return e;
             }
         }
     }

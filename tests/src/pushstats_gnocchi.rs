@@ -264,6 +264,21 @@ fn handle(
     resp
 }
 
+/// (status, JSON body, `Location`) of an answer.
+type Reply = (u16, Option<Value>, Option<String>);
+
+/// An error answer in Gnocchi's format.
+fn err(status: u16, why: String) -> Reply {
+    let (st, v) = error(status, why);
+    (st, Some(v), None)
+}
+
+/// Records a violation of the API's shape and answers `400`.
+fn violation(s: &mut State, method: &Method, path: &str, why: String) -> Reply {
+    s.violations.push(format!("{method} {path}: {why}"));
+    err(400, why)
+}
+
 #[allow(clippy::too_many_arguments)]
 fn route(
     s: &mut State,
@@ -274,12 +289,7 @@ fn route(
     content_type: &Option<String>,
     raw: &Bytes,
     body: &Option<Value>,
-) -> (u16, Option<Value>, Option<String>) {
-    let violation = |s: &mut State, why: String| {
-        s.violations.push(format!("{method} {path}: {why}"));
-        let (st, v) = error(400, why);
-        (st, Some(v), None)
-    };
+) -> Reply {
     // keystonemiddleware runs first.
     match token {
         Some(t) if check(t) => {}
@@ -298,149 +308,151 @@ fn route(
         if *left == 0 {
             s.fail_next.remove(0);
         }
-        let (st, v) = error(status, "injected failure");
-        return (st, Some(v), None);
+        return err(status, "injected failure".into());
     }
+    let bad = |s: &mut State, why: String| violation(s, method, path, why);
     if *method != Method::POST {
-        return violation(s, "only POST is served by this fake".into());
+        return bad(s, "only POST is served by this fake".into());
     }
     if !content_type
         .as_deref()
         .is_some_and(|c| c.starts_with("application/json"))
     {
-        return violation(
+        return bad(
             s,
             format!("Content-Type must be application/json, got {content_type:?}"),
         );
     }
     let Some(body) = body else {
-        return violation(
+        return bad(
             s,
             format!("body is not JSON: {}", String::from_utf8_lossy(raw)),
         );
     };
     let segs: Vec<&str> = path.trim_start_matches('/').split('/').collect();
-    match segs.as_slice() {
+    let r = match segs.as_slice() {
         ["v1", "resource", "generic", id, "metric", name, "measures"] => {
-            let Some(list) = body.as_array() else {
-                return violation(s, "measures must be a JSON list".into());
-            };
-            let mut measures = Vec::new();
-            for m in list {
-                let ok = m.as_object().is_some_and(|o| {
-                    o.len() == 2 && o.contains_key("timestamp") && o.contains_key("value")
-                });
-                let ts = m.get("timestamp").and_then(Value::as_str);
-                let v = m.get("value").and_then(Value::as_f64);
-                let ts_ok = ts.is_some_and(|t| chrono::DateTime::parse_from_rfc3339(t).is_ok());
-                match (ok, ts, v, ts_ok) {
-                    (true, Some(t), Some(v), true) => measures.push((t.to_string(), v)),
-                    _ => {
-                        return violation(
-                            s,
-                            format!(
-                                "each measure is {{\"timestamp\": ISO 8601, \"value\": number}}, got {m}"
-                            ),
-                        );
-                    }
-                }
-            }
-            let Some(r) = s.resources.get_mut(*id) else {
-                let (st, v) = error(404, format!("Resource {id} does not exist"));
-                return (st, Some(v), None);
-            };
-            let Some(metric) = r.metrics.get_mut(*name) else {
-                let (st, v) = error(404, format!("Metric {name} does not exist"));
-                return (st, Some(v), None);
-            };
-            metric.measures.extend(measures);
-            (202, None, None)
+            post_measures(s, id, name, body)
         }
-        ["v1", "resource", "generic", id, "metric"] => {
-            let defs = match parse_metric_defs(s, body) {
-                Ok(d) => d,
-                Err(e) => return e,
-            };
-            let Some(r) = s.resources.get_mut(*id) else {
-                let (st, v) = error(404, format!("Resource {id} does not exist"));
-                return (st, Some(v), None);
-            };
-            for (name, m) in defs {
-                if r.metrics.contains_key(&name) {
-                    let (st, v) = error(409, format!("Named metric {name} already exists"));
-                    return (st, Some(v), None);
-                }
-                r.metrics.insert(name, m);
+        ["v1", "resource", "generic", id, "metric"] => add_metrics(s, id, body),
+        ["v1", "resource", rtype] => create_resource(s, rtype, body),
+        _ => Err("no such Gnocchi call in this fake".into()),
+    };
+    r.unwrap_or_else(|why| bad(s, why))
+}
+
+/// What a handler answers: a reply, or the violation it found.
+type Handled = Result<Reply, String>;
+
+/// `POST /v1/resource/generic/{id}/metric/{name}/measures`.
+fn post_measures(s: &mut State, id: &str, name: &str, body: &Value) -> Handled {
+    let Some(list) = body.as_array() else {
+        return Err("measures must be a JSON list".into());
+    };
+    let mut measures = Vec::new();
+    for m in list {
+        let ok = m.as_object().is_some_and(|o| {
+            o.len() == 2 && o.contains_key("timestamp") && o.contains_key("value")
+        });
+        let ts = m.get("timestamp").and_then(Value::as_str);
+        let v = m.get("value").and_then(Value::as_f64);
+        let ts_ok = ts.is_some_and(|t| chrono::DateTime::parse_from_rfc3339(t).is_ok());
+        match (ok, ts, v, ts_ok) {
+            (true, Some(t), Some(v), true) => measures.push((t.to_string(), v)),
+            _ => {
+                return Err(format!(
+                    "each measure is {{\"timestamp\": ISO 8601, \"value\": number}}, got {m}"
+                ));
             }
-            let metrics: Vec<Value> = r
-                .metrics
-                .iter()
-                .map(|(n, m)| json!({"name": n, "archive_policy_name": m.archive_policy, "unit": m.unit}))
-                .collect();
-            (200, Some(Value::Array(metrics)), None)
         }
-        ["v1", "resource", rtype] => {
-            if !TYPES.contains(rtype) {
-                let (st, v) = error(404, format!("Resource type {rtype} does not exist"));
-                return (st, Some(v), None);
-            }
-            let Some(obj) = body.as_object() else {
-                return violation(s, "a resource is a JSON object".into());
-            };
-            for k in obj.keys() {
-                if ![
-                    "id",
-                    "project_id",
-                    "user_id",
-                    "metrics",
-                    "started_at",
-                    "ended_at",
-                ]
-                .contains(&k.as_str())
-                {
-                    return violation(s, format!("unknown attribute {k:?} for a {rtype} resource"));
-                }
-            }
-            let Some(id) = obj.get("id").and_then(Value::as_str) else {
-                return violation(s, "a resource needs a string id".into());
-            };
-            let str_field = |k: &str| obj.get(k).and_then(Value::as_str).map(str::to_string);
-            let metrics = match obj.get("metrics") {
-                None => BTreeMap::new(),
-                Some(m) => match parse_metric_defs(s, m) {
-                    Ok(d) => d,
-                    Err(e) => return e,
-                },
-            };
-            if s.resources.contains_key(id) {
-                let (st, v) = error(409, format!("Resource {id} already exists"));
-                return (st, Some(v), None);
-            }
-            s.resources.insert(
-                id.to_string(),
-                FakeResource {
-                    resource_type: rtype.to_string(),
-                    project_id: str_field("project_id"),
-                    user_id: str_field("user_id"),
-                    metrics,
-                },
-            );
-            (
-                201,
-                Some(json!({"id": id, "type": rtype, "original_resource_id": id})),
-                Some(format!("/v1/resource/{rtype}/{id}")),
-            )
-        }
-        _ => violation(s, "no such Gnocchi call in this fake".into()),
     }
+    let Some(r) = s.resources.get_mut(id) else {
+        return Ok(err(404, format!("Resource {id} does not exist")));
+    };
+    let Some(metric) = r.metrics.get_mut(name) else {
+        return Ok(err(404, format!("Metric {name} does not exist")));
+    };
+    metric.measures.extend(measures);
+    Ok((202, None, None))
+}
+
+/// `POST /v1/resource/generic/{id}/metric`.
+fn add_metrics(s: &mut State, id: &str, body: &Value) -> Handled {
+    let defs = match parse_metric_defs(s, body) {
+        Ok(d) => d,
+        Err(e) => return Ok(e),
+    };
+    let Some(r) = s.resources.get_mut(id) else {
+        return Ok(err(404, format!("Resource {id} does not exist")));
+    };
+    for (name, m) in defs {
+        if r.metrics.contains_key(&name) {
+            return Ok(err(409, format!("Named metric {name} already exists")));
+        }
+        r.metrics.insert(name, m);
+    }
+    let metrics: Vec<Value> = r
+        .metrics
+        .iter()
+        .map(|(n, m)| json!({"name": n, "archive_policy_name": m.archive_policy, "unit": m.unit}))
+        .collect();
+    Ok((200, Some(Value::Array(metrics)), None))
+}
+
+/// Attributes of a resource.
+const RESOURCE_FIELDS: [&str; 6] = [
+    "id",
+    "project_id",
+    "user_id",
+    "metrics",
+    "started_at",
+    "ended_at",
+];
+
+/// `POST /v1/resource/{type}`.
+fn create_resource(s: &mut State, rtype: &str, body: &Value) -> Handled {
+    if !TYPES.contains(&rtype) {
+        return Ok(err(404, format!("Resource type {rtype} does not exist")));
+    }
+    let Some(obj) = body.as_object() else {
+        return Err("a resource is a JSON object".into());
+    };
+    if let Some(k) = obj.keys().find(|k| !RESOURCE_FIELDS.contains(&k.as_str())) {
+        return Err(format!("unknown attribute {k:?} for a {rtype} resource"));
+    }
+    let Some(id) = obj.get("id").and_then(Value::as_str) else {
+        return Err("a resource needs a string id".into());
+    };
+    let str_field = |k: &str| obj.get(k).and_then(Value::as_str).map(str::to_string);
+    let metrics = match obj.get("metrics") {
+        None => BTreeMap::new(),
+        Some(m) => match parse_metric_defs(s, m) {
+            Ok(d) => d,
+            Err(e) => return Ok(e),
+        },
+    };
+    if s.resources.contains_key(id) {
+        return Ok(err(409, format!("Resource {id} already exists")));
+    }
+    s.resources.insert(
+        id.to_string(),
+        FakeResource {
+            resource_type: rtype.to_string(),
+            project_id: str_field("project_id"),
+            user_id: str_field("user_id"),
+            metrics,
+        },
+    );
+    Ok((
+        201,
+        Some(json!({"id": id, "type": rtype, "original_resource_id": id})),
+        Some(format!("/v1/resource/{rtype}/{id}")),
+    ))
 }
 
 /// Parses `{"<name>": {"archive_policy_name": ..., "unit": ...}}`.
 #[allow(clippy::type_complexity)]
-fn parse_metric_defs(
-    s: &mut State,
-    v: &Value,
-) -> Result<BTreeMap<String, FakeMetric>, (u16, Option<Value>, Option<String>)> {
+fn parse_metric_defs(s: &mut State, v: &Value) -> Result<BTreeMap<String, FakeMetric>, Reply> {
     let bad = |s: &mut State, why: String| {
         s.violations.push(why.clone());
         let (st, v) = error(400, why);

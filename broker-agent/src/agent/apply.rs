@@ -12,6 +12,7 @@ use uuid::Uuid;
 
 use super::{Agent, Observed, Result2, RunState};
 use crate::core::{Action, CallResult, CallTag, Core, HandlerCall};
+use crate::history::Event;
 use crate::ops::OpId;
 
 impl Agent {
@@ -27,13 +28,18 @@ impl Agent {
         if !ch.is_empty() {
             self.journal.commit(core, &ch)?;
         }
+        st.record(core.take_history());
         let changed = !acts.is_empty() || !ch.is_empty();
         let mut explanations = vec![];
         for a in acts {
             match a {
                 Action::Call { tag, handler, call } => self.spawn_call(st, tag, handler, call),
-                Action::Explain(x) => explanations.push(x),
+                Action::Explain(x) => {
+                    st.record_event(now, Event::Explanation(x.clone()));
+                    explanations.push(x);
+                }
                 Action::Decide(d) => {
+                    st.record_event(now, Event::Decision(d.clone()));
                     self.decide(d, now).await;
                     if let Some(p) = st.pressure.take() {
                         let secs =

@@ -24,6 +24,8 @@ use crate::status::Status;
 pub(super) struct FleetSnapshot {
     pub active: RwLock<BTreeMap<GroupKey, Vec<String>>>,
     pub nodes: RwLock<Vec<NodeProperties>>,
+    /// Cordoned nodes, which the placement service never chooses.
+    pub cordoned: RwLock<std::collections::BTreeSet<String>>,
 }
 
 struct FleetHandle(Arc<FleetSnapshot>);
@@ -179,6 +181,7 @@ impl AgentBuilder {
             fleet,
             placement_service: self.placement_service,
             tracker: self.tracker.unwrap_or_default(),
+            state_dir,
         })
     }
 }

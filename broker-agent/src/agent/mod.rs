@@ -112,6 +112,7 @@ pub struct Agent {
     fleet: Arc<FleetSnapshot>,
     placement_service: bool,
     tracker: TaskTracker,
+    state_dir: std::path::PathBuf,
 }
 
 impl std::fmt::Debug for Agent {
@@ -150,6 +151,24 @@ struct RunState {
     pressure: Option<DateTime<Utc>>,
     /// The next periodic evaluation.
     next_eval: tokio::time::Instant,
+    /// The durable history, unless `[history]` disables it.
+    history: Option<crate::history::Sink>,
+}
+
+impl RunState {
+    /// Appends records to the history (when it is kept).
+    fn record(&mut self, records: Vec<crate::history::Record>) {
+        if let Some(h) = self.history.as_mut() {
+            for r in records {
+                h.append(r);
+            }
+        }
+    }
+
+    /// Appends one event that happened at `at`.
+    fn record_event(&mut self, at: DateTime<Utc>, event: crate::history::Event) {
+        self.record(vec![crate::history::Record { at, event }]);
+    }
 }
 
 /// One rate-limited refusal log per kind of input.
@@ -161,7 +180,11 @@ struct RefusalLogs {
 }
 
 impl RunState {
-    fn new(results_tx: mpsc::UnboundedSender<CallDone>, next_eval: tokio::time::Instant) -> Self {
+    fn new(
+        results_tx: mpsc::UnboundedSender<CallDone>,
+        next_eval: tokio::time::Instant,
+        history: Option<crate::history::Sink>,
+    ) -> Self {
         RunState {
             refused: BTreeMap::new(),
             logs: RefusalLogs {
@@ -180,6 +203,7 @@ impl RunState {
             fleet_cost: Duration::ZERO,
             pressure: None,
             next_eval,
+            history,
         }
     }
 }
@@ -205,6 +229,11 @@ impl Agent {
         &self.metrics
     }
 
+    /// Where the journal and the history live.
+    pub fn state_dir(&self) -> &std::path::Path {
+        &self.state_dir
+    }
+
     /// The tracker every task of the agent is spawned on.
     pub fn tracker(&self) -> TaskTracker {
         self.tracker.clone()
@@ -218,7 +247,8 @@ impl Agent {
         let mut core = Core::new(self.cfg.clone(), self.planner.clone(), now);
         core.restore(self.journal.load()?);
         let (results_tx, mut results_rx) = mpsc::unbounded_channel::<CallDone>();
-        let mut st = RunState::new(results_tx, tokio::time::Instant::now());
+        let history = crate::history::Sink::open(&self.state_dir, &self.cfg.history);
+        let mut st = RunState::new(results_tx, tokio::time::Instant::now(), history);
         let mut subs = Subs::default();
         self.metrics
             .watch_bus(&self.bus, token.clone(), &self.tracker);
@@ -339,8 +369,10 @@ impl Agent {
             let acts = core.on_handler_result(tag, res, now);
             let ch = core.take_changes();
             self.journal.commit(core, &ch)?;
+            st.record(core.take_history());
             for a in acts {
                 if let Action::Decide(d) = a {
+                    st.record_event(now, crate::history::Event::Decision(d.clone()));
                     self.decide(d, now).await;
                 }
             }

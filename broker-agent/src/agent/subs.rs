@@ -129,6 +129,7 @@ impl Agent {
     /// a second after it stops, until `token` is cancelled.
     pub(super) fn spawn_placement(&self, token: CancellationToken) {
         let fleet = self.fleet.clone();
+        let cordons = self.fleet.clone();
         let opts = gearshift_placement::service::ServeOptions {
             queue: QueueSpec::durable(
                 self.cfg.agent.placement_queue.clone(),
@@ -136,6 +137,13 @@ impl Agent {
             ),
             fleet: Some(Arc::new(move || {
                 fleet.nodes.read().map(|n| n.clone()).unwrap_or_default()
+            })),
+            cordoned: Some(Arc::new(move || {
+                cordons
+                    .cordoned
+                    .read()
+                    .map(|c| c.clone())
+                    .unwrap_or_default()
             })),
             ..Default::default()
         };

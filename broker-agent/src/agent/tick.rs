@@ -47,6 +47,7 @@ impl Agent {
         st.pressure = core.take_pressure_seen();
         let acts = core.evaluate(now);
         self.metrics.evaluation();
+        self.metrics.capacity(core, &acts, now);
         let r = self.apply(core, st, acts, now).await;
         st.pressure = None;
         r
@@ -98,6 +99,9 @@ impl Agent {
         }
         if let Ok(mut n) = self.fleet.nodes.write() {
             *n = nodes;
+        }
+        if let Ok(mut c) = self.fleet.cordoned.write() {
+            *c = core.cordons().nodes().keys().cloned().collect();
         }
     }
 

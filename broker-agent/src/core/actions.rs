@@ -193,6 +193,8 @@ pub struct Changes {
     pub groups: BTreeSet<GroupKey>,
     /// The marks changed.
     pub marks: bool,
+    /// The cordons changed.
+    pub cordons: bool,
     /// The breaker state changed.
     pub meta: bool,
 }
@@ -204,6 +206,7 @@ impl Changes {
             && self.deleted_ops.is_empty()
             && self.groups.is_empty()
             && !self.marks
+            && !self.cordons
             && !self.meta
     }
 }
@@ -213,6 +216,9 @@ impl Changes {
 pub struct Meta {
     /// Whether the stale-node breaker is open.
     pub breaker_open: bool,
+    /// An operator's pause of the whole fleet (absent from earlier records).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fleet_pause: Option<crate::ops::Pause>,
 }
 
 /// What a restart restores.
@@ -224,6 +230,8 @@ pub struct Restored {
     pub groups: Vec<(GroupKey, GroupState)>,
     /// Do-not-disrupt marks.
     pub marks: BTreeSet<String>,
+    /// Cordoned nodes.
+    pub cordons: std::collections::BTreeMap<String, crate::ops::Cordon>,
     /// The breaker state.
     pub meta: Meta,
 }

@@ -39,16 +39,20 @@ impl Core {
         (id, out)
     }
 
-    /// Creates a scale-down saga and sends `cmd.deactivate`.
+    /// Creates a scale-down saga (a maintenance drain with `keep`) and
+    /// sends `cmd.deactivate`.
     pub(crate) fn start_scale_down(
         &mut self,
         g: &GroupKey,
         node: &str,
         origin: Origin,
         reason: String,
+        keep: bool,
         now: DateTime<Utc>,
     ) -> (OpId, Vec<Action>) {
-        let body = OpBody::ScaleDown(ScaleDown::new(node, origin, now));
+        let mut saga = ScaleDown::new(node, origin, now);
+        saga.keep = keep;
+        let body = OpBody::ScaleDown(saga);
         let id = self.new_op(g, reason.clone(), body, now);
         self.group_mut(g).memory.last_decision = Some(now);
         let note = Note {
@@ -74,6 +78,7 @@ impl Core {
             call_seq: 0,
             body,
         });
+        self.note_step(&id, None, now);
         id
     }
 
@@ -87,6 +92,7 @@ impl Core {
         let Some(op) = self.ops.get_mut(id) else {
             return vec![];
         };
+        let before = op.state();
         let Op {
             id: op_id,
             group,
@@ -105,6 +111,7 @@ impl Core {
         };
         let out = u.step(&cx, input, now);
         let op_id = op_id.clone();
+        self.note_step(&op_id, Some(before), now);
         self.settle_up(&op_id, out, now)
     }
 
@@ -148,6 +155,7 @@ impl Core {
         let Some(mut op) = self.ops.remove(id) else {
             return vec![];
         };
+        let before = op.state();
         let out = match &mut op.body {
             OpBody::ScaleDown(d) => {
                 let mut cx = DownCtx {
@@ -159,6 +167,7 @@ impl Core {
                         fleet: &self.fleet,
                         ops: &self.ops,
                         marks: self.marks.nodes(),
+                        cordons: &self.cordons,
                         started: self.started,
                         stale_intervals: self.cfg.policy.stale_after_intervals,
                     },
@@ -171,6 +180,7 @@ impl Core {
         };
         let (op_id, node) = (op.id.clone(), op.node().unwrap_or_default().to_string());
         self.ops.insert(op);
+        self.note_step(&op_id, Some(before), now);
         match out {
             Some(out) => self.settle_down(&op_id, &node, out, now),
             None => vec![],
@@ -194,10 +204,21 @@ impl Core {
                 self.group_mut(&group).memory.last_scale_down = Some(now);
                 self.fleet.forget(node);
             }
+            // Every drain's end holds the next one back for the scale-down
+            // cooldown; a failure also for the failure cooldown.
             Some(DownOutcome::Ended(DownEnd::Aborted { .. } | DownEnd::Failed { .. })) => {
-                self.group_mut(&group).memory.last_failure = Some(now);
+                let m = &mut self.group_mut(&group).memory;
+                m.last_failure = Some(now);
+                m.last_scale_down = Some(now);
             }
-            Some(DownOutcome::Ended(DownEnd::Cancelled)) | None => {}
+            Some(DownOutcome::Ended(DownEnd::Cancelled)) => {
+                self.group_mut(&group).memory.last_scale_down = Some(now);
+            }
+            Some(DownOutcome::Ended(DownEnd::Kept)) => {
+                self.group_mut(&group).memory.last_scale_down = Some(now);
+                self.keep_cordoned(id, node, now);
+            }
+            None => {}
         }
         let acts = self.address(id, out.effects, out.touched, now);
         if ended {

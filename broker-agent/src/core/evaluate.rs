@@ -17,9 +17,11 @@ impl Core {
     pub fn evaluate(&mut self, now: DateTime<Utc>) -> Vec<Action> {
         self.eval_due = None;
         self.forget_long_missing(now);
+        self.lift_expired_pauses(now);
         let memory = Memory {
             groups: &self.groups,
             breaker_open: self.meta.breaker_open,
+            fleet_pause: self.meta.fleet_pause.as_ref(),
         };
         let verdicts = policy::evaluate(&self.facts(), &self.cfg, &memory, now);
         let mut out: Vec<Action> = self.apply_breaker(verdicts.breaker).into_iter().collect();
@@ -79,7 +81,7 @@ impl Core {
         }
         if let Some(d) = v.drain {
             out.extend(
-                self.start_scale_down(&key, &d.node, d.origin, d.reason, now)
+                self.start_scale_down(&key, &d.node, d.origin, d.reason, false, now)
                     .1,
             );
         }

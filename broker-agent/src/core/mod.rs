@@ -13,14 +13,22 @@
 //! - [`scale_up`]: the scale-up operation's machine and state.
 //! - [`scale_down`]: the scale-down saga's machine and state.
 //! - [`exhaustion`]: backoff, quota failures and exhaustion per group.
-//! - [`operator`]: operator requests (evacuate, abort, do-not-disrupt,
-//!   status) and the do-not-disrupt marks.
+//! - [`operator`]: operator requests (evacuate, drain, abort,
+//!   do-not-disrupt, pause, resume, cordon, activate, status), the
+//!   do-not-disrupt marks, and in [`operator::controls`] pauses and cordons.
 //! - [`crate::policy`]: the read-only evaluation whose verdicts the
 //!   coordinator applies (`evaluate.rs`).
 //! - [`facts`]: the read-only view the policy and the machines share;
 //!   [`actions`]: the vocabulary between machines, coordinator and driver.
 //! - Here: the coordinator's state; `route.rs` sends each input to its
-//!   machine, `drive.rs` steps a machine and addresses its effects.
+//!   machine, `drive.rs` steps a machine and addresses its effects,
+//!   `operate.rs` carries out operator requests (pauses, cordons,
+//!   activations, drains).
+//!
+//! Besides the journal's changes, the coordinator keeps the history records
+//! of what it did (saga steps, operator requests) for the driver to append
+//! ([`Core::take_history`]); decisions and explanations are recorded by the
+//! driver as it publishes them.
 //!
 //! A new kind of step (a district command, a broker-side move) is a new
 //! state and input of one machine; a new input kind is one routing function.
@@ -34,6 +42,7 @@ pub mod scale_up;
 
 mod drive;
 mod evaluate;
+mod operate;
 mod route;
 
 #[cfg(test)]
@@ -54,9 +63,11 @@ pub use self::actions::{
 };
 pub use self::facts::Facts;
 use self::operator::Marks;
+use self::operator::controls::Cordons;
 use crate::config::BrokerConfig;
 use crate::fleet::Fleet;
-use crate::ops::{GroupState, Op, Ops};
+use crate::history::{Event, Record, SagaStep};
+use crate::ops::{GroupState, Op, OpId, Ops};
 use crate::planner::EvacuationPlanner;
 
 /// The coordinator: the state, and the routing of inputs to the machines.
@@ -67,6 +78,7 @@ pub struct Core {
     pub(crate) ops: Ops,
     pub(crate) groups: BTreeMap<GroupKey, GroupState>,
     pub(crate) marks: Marks,
+    pub(crate) cordons: Cordons,
     pub(crate) meta: Meta,
     pub(crate) started: DateTime<Utc>,
     pub(crate) changes: Changes,
@@ -75,6 +87,8 @@ pub struct Core {
     pub(crate) eval_due: Option<DateTime<Utc>>,
     /// When the first report since the last evaluation was consumed (decision latency).
     pub(crate) pressure_seen: Option<DateTime<Utc>>,
+    /// History records not yet taken by the driver.
+    pub(crate) history: Vec<Record>,
 }
 
 impl std::fmt::Debug for Core {
@@ -100,12 +114,14 @@ impl Core {
             ops: Ops::default(),
             groups: BTreeMap::new(),
             marks: Marks::default(),
+            cordons: Cordons::default(),
             meta: Meta::default(),
             started: now,
             changes: Changes::default(),
             idgen: Box::new(Uuid::new_v4),
             eval_due: None,
             pressure_seen: None,
+            history: vec![],
         }
     }
 
@@ -122,6 +138,10 @@ impl Core {
         }
         self.groups.extend(r.groups);
         self.marks = Marks::from_set(r.marks);
+        for node in r.cordons.keys() {
+            self.fleet.set_cordoned(node, true);
+        }
+        self.cordons = Cordons::from_map(r.cordons);
         self.meta = r.meta;
     }
 
@@ -165,7 +185,12 @@ impl Core {
         self.marks.nodes()
     }
 
-    /// The breaker state.
+    /// Cordoned nodes, with why.
+    pub fn cordons(&self) -> &Cordons {
+        &self.cordons
+    }
+
+    /// The breaker state and the fleet's pause.
     pub fn meta(&self) -> &Meta {
         &self.meta
     }
@@ -174,6 +199,42 @@ impl Core {
     /// before carrying out the actions returned with them.
     pub fn take_changes(&mut self) -> Changes {
         std::mem::take(&mut self.changes)
+    }
+
+    /// The history records since the last call (saga steps, operator
+    /// requests), oldest first.
+    pub fn take_history(&mut self) -> Vec<Record> {
+        std::mem::take(&mut self.history)
+    }
+
+    pub(crate) fn record(&mut self, at: DateTime<Utc>, event: Event) {
+        self.history.push(Record { at, event });
+    }
+
+    /// Records an operation's state change, if `before` differs (`None`: created).
+    pub(crate) fn note_step(
+        &mut self,
+        id: &OpId,
+        before: Option<&'static str>,
+        now: DateTime<Utc>,
+    ) {
+        let Some(op) = self.ops.get(id) else {
+            return;
+        };
+        let to = op.state();
+        if before == Some(to) {
+            return;
+        }
+        let step = SagaStep {
+            op: id.to_string(),
+            kind: op.kind().to_string(),
+            district: op.group.district.clone(),
+            profile: op.group.profile.clone(),
+            node: op.node().map(str::to_string),
+            from: before.map(str::to_string),
+            to: to.to_string(),
+        };
+        self.record(now, Event::Saga(step));
     }
 
     /// When an early evaluation is due, if one is.
@@ -193,6 +254,7 @@ impl Core {
             fleet: &self.fleet,
             ops: &self.ops,
             marks: self.marks.nodes(),
+            cordons: &self.cordons,
             started: self.started,
             stale_intervals: self.cfg.policy.stale_after_intervals,
         }

@@ -1,19 +1,15 @@
 //! Every input, routed to the machine it concerns.
 
-use std::collections::BTreeMap;
-
 use chrono::{DateTime, Utc};
-use gearshift_proto::msg::{AdminReply, AdminRequest, Message, NodeReport};
+use gearshift_proto::msg::{Message, NodeReport};
 
 use super::Core;
 use super::actions::{Action, CallResult, CallTag};
 use super::exhaustion::SupplyInput;
-use super::operator::{self, Abort, Evacuation, Order};
 use super::scale_down::{DownEnd, DownInput};
 use super::scale_up::UpInput;
 use crate::fleet::ReportRejected;
 use crate::ops::{OpBody, OpId};
-use crate::status::Status;
 
 impl Core {
     /// A node's report (already authenticated: signature, role, identity).
@@ -154,94 +150,6 @@ impl Core {
             Some(OpBody::ScaleUp(_)) => self.drive_up(id, step.up(), now),
             Some(OpBody::ScaleDown(_)) => self.drive_down(id, step.down(), now),
             None => vec![],
-        }
-    }
-
-    /// An operator's request: the answer, and what it set off. `agent` and
-    /// `refused` complete the status document.
-    pub fn on_operator(
-        &mut self,
-        from: &str,
-        req: AdminRequest,
-        agent: &str,
-        refused: &BTreeMap<String, u64>,
-        now: DateTime<Utc>,
-    ) -> (AdminReply, Vec<Action>) {
-        match operator::decide(&self.facts(), from, req, now) {
-            Ok(order) => self.carry_out(order, agent, refused, now),
-            Err(e) => (operator::refused(e), vec![]),
-        }
-    }
-
-    fn carry_out(
-        &mut self,
-        order: Order,
-        agent: &str,
-        refused: &BTreeMap<String, u64>,
-        now: DateTime<Utc>,
-    ) -> (AdminReply, Vec<Action>) {
-        match order {
-            Order::Status => (
-                operator::status(&Status::of(self, agent, now, refused)),
-                vec![],
-            ),
-            Order::Evacuate(ev) => {
-                let node = ev.node.clone();
-                let (op, acts) = self.evacuate(ev, now);
-                (operator::evacuating(&node, &op), acts)
-            }
-            Order::Abort(a) => {
-                let reply = operator::aborting(a.op());
-                (reply, self.abort(a, now))
-            }
-            Order::Mark { node, on } => {
-                self.set_do_not_disrupt(&node, on);
-                (operator::marked(&node, on), vec![])
-            }
-        }
-    }
-
-    fn evacuate(&mut self, ev: Evacuation, now: DateTime<Utc>) -> (OpId, Vec<Action>) {
-        self.start_scale_down(&ev.group, &ev.node, ev.origin, ev.reason, now)
-    }
-
-    fn abort(&mut self, a: Abort, now: DateTime<Utc>) -> Vec<Action> {
-        match a {
-            Abort::Drain { op, why } => {
-                let abort = DownInput::Abort { why, cancel: false };
-                self.drive_down(&op, abort, now)
-            }
-            Abort::ScaleUp { op, by } => self.drive_up(&op, UpInput::Abort { by }, now),
-        }
-    }
-
-    /// Starts a scale-down of `node` at an operator's request. Thresholds and
-    /// budgets do not apply; do-not-disrupt, pinned gears and room do.
-    pub fn operator_evacuate(
-        &mut self,
-        node: &str,
-        by: &str,
-        now: DateTime<Utc>,
-    ) -> Result<(OpId, Vec<Action>), String> {
-        let ev = operator::evacuate(&self.facts(), node, by, now)?;
-        Ok(self.evacuate(ev, now))
-    }
-
-    /// Aborts an operation at an operator's request.
-    pub fn operator_abort(
-        &mut self,
-        id: &str,
-        by: &str,
-        now: DateTime<Utc>,
-    ) -> Result<Vec<Action>, String> {
-        let a = operator::abort(&self.facts(), id, by)?;
-        Ok(self.abort(a, now))
-    }
-
-    /// Marks or unmarks a node do-not-disrupt (persisted).
-    pub fn set_do_not_disrupt(&mut self, node: &str, on: bool) {
-        if self.marks.set(node, on) {
-            self.changes.marks = true;
         }
     }
 }

@@ -159,6 +159,7 @@ pub(crate) fn rep(
         mem_free_mb: 0,
         mem_total_mb: 0,
         started_at: t0() - Duration::hours(1),
+        booted_at: None,
         booted_for: None,
         do_not_disrupt: false,
         pinned_gears: 0,
@@ -325,6 +326,7 @@ pub(crate) fn journaled(h: &H) -> Restored {
         ops: h.core.ops().cloned().collect(),
         groups: h.core.group_states().clone().into_iter().collect(),
         marks: h.core.marks().clone(),
+        cordons: h.core.cordons().nodes().clone(),
         meta: h.core.meta().clone(),
     }
 }

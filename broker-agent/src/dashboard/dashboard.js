@@ -92,6 +92,7 @@ function renderGroups(s) {
       (t.nodes_missing ? ", " + t.nodes_missing + " missing" : "");
     const usage = td(); usage.append(usageMeter(t.usage_pct));
     const notes = [];
+    if (g.paused) notes.push("PAUSED " + g.paused);
     if (g.exhausted) notes.push("EXHAUSTED " + g.exhausted);
     if (g.backoff_until) notes.push("backoff until " + clock(g.backoff_until));
     notes.push("min " + g.min_nodes + ", max " + g.max_nodes);
@@ -131,10 +132,11 @@ function renderNodes(s, now) {
   fill("nodes", s.nodes.map((n) => {
     const tr = el("tr");
     tr.dataset.node = n.node;
-    const state = !n.fresh ? "missing" : n.active ? "active" : "inactive";
+    const state = !n.fresh ? "missing" : n.cordoned ? "cordoned" : n.active ? "active" : "inactive";
     const g = td();
     g.append(meter(n.max_active_gears ? n.gears_active / n.max_active_gears : 0,
       n.gears_active + " / " + n.max_active_gears, n.gears_active >= n.max_active_gears ? "over" : ""));
+    tr.title = n.cordoned || "";
     tr.append(td(n.node + (n.do_not_disrupt ? " (do not disrupt)" : ""), "mono"), td(n.district + "/" + n.profile, "mono"),
       td(state, "state-" + state), g, td(n.gears_total), td(ago(n.last_report, now)));
     return tr;
@@ -182,13 +184,37 @@ function renderExhausted(snap) {
   }));
 }
 
+function historyLine(r) {
+  switch (r.type) {
+    case "decision": return ["decision " + r.decision, r.district + "/" + r.profile, (r.node ? r.node + ": " : "") + r.reason];
+    case "explanation": return ["explanation " + r.outcome, r.district + "/" + r.profile, r.summary];
+    case "saga": return [r.kind.replace("_", "-") + " " + r.op, r.district + "/" + r.profile,
+      (r.node ? r.node + ": " : "") + (r.from || "(new)") + " → " + r.to];
+    case "operator": return ["operator " + r.by, r.request.district ? r.request.district + "/" + r.request.profile : "–",
+      r.request.command + (r.request.node ? " " + r.request.node : "") + ": " + (r.ok ? "" : "REFUSED ") + r.message];
+    default: return [r.type, "–", ""];
+  }
+}
+
+function renderJournal(snap, now) {
+  const rows = snap.history || [];
+  show("journal-empty", rows.length === 0);
+  fill("journal", rows.map((r) => {
+    const tr = el("tr");
+    const [what, group, detail] = historyLine(r);
+    tr.dataset.type = r.type;
+    tr.append(td(clock(r.at) + " (" + ago(r.at, now) + ")"), td(what), td(group, "mono"), td(detail, "reason"));
+    return tr;
+  }));
+}
+
 function render(snap) {
   const s = snap.status;
   const now = Date.parse(snap.at);
   set("agent", snap.agent + " " + snap.version);
   const b = document.getElementById("breaker");
-  b.textContent = s.breaker_open ? "BREAKER OPEN: scaling stopped" : "scaling enabled";
-  b.className = "pill " + (s.breaker_open ? "bad" : "ok");
+  b.textContent = s.breaker_open ? "BREAKER OPEN: scaling stopped" : s.paused ? "PAUSED: " + s.paused : "scaling enabled";
+  b.className = "pill " + (s.breaker_open || s.paused ? "bad" : "ok");
   set("updated", "updated " + clock(snap.at));
   renderCards(s, snap);
   renderGroups(s);
@@ -197,6 +223,7 @@ function render(snap) {
   renderDecisions(snap);
   renderExplanations(snap);
   renderExhausted(snap);
+  renderJournal(snap, now);
   document.body.dataset.loaded = "yes";
 }
 

@@ -2,7 +2,9 @@
 //! `/metrics` (`metrics.listen` in `broker.toml`). It shows the fleet by
 //! district and profile with usage, the operations in flight with their
 //! evacuation progress, the recent decisions and each group's latest
-//! explanation, and the exhausted groups; it refreshes itself every second.
+//! explanation, the exhausted groups, paused groups and cordoned nodes, and
+//! the last day of the durable history (read from the state directory every
+//! few seconds); it refreshes itself every second.
 //!
 //! The page is self-contained: its HTML, CSS and JavaScript are embedded in
 //! the binary (no CDN, no external font), and a Content-Security-Policy
@@ -39,6 +41,12 @@ const DASHBOARD_JS: &str = include_str!("dashboard.js");
 
 /// Decisions kept for the page.
 pub const RECENT_DECISIONS: usize = 100;
+
+/// History records shown: the newest of the last day, at most this many.
+pub const HISTORY_SHOWN: usize = 300;
+
+/// How often the history files are read again.
+const HISTORY_REFRESH: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// One decision with the time the dashboard saw it.
 #[derive(Debug, Clone, Serialize)]
@@ -79,6 +87,9 @@ pub struct Snapshot {
     pub explanations: Vec<Explanation>,
     /// Exhausted groups.
     pub exhausted: Vec<ExhaustedGroup>,
+    /// The last day of the history, newest first (saga steps, decisions,
+    /// changed explanations, operator requests).
+    pub history: Vec<crate::history::Record>,
 }
 
 struct Shared {
@@ -87,6 +98,7 @@ struct Shared {
     status: watch::Receiver<Arc<Status>>,
     decisions: Mutex<VecDeque<DecisionEntry>>,
     explanations: Mutex<BTreeMap<(String, String), Explanation>>,
+    history: Mutex<Vec<crate::history::Record>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -109,15 +121,51 @@ impl std::fmt::Debug for Dashboard {
 }
 
 impl Dashboard {
-    /// Watches `agent` (call before [`Agent::run`]) until `token` is cancelled.
+    /// Watches `agent` (call before [`Agent::run`]) and its history until
+    /// `token` is cancelled.
     pub fn spawn(agent: &Agent, name: impl Into<String>, token: CancellationToken) -> Dashboard {
-        Dashboard::from_parts(
+        let d = Dashboard::from_parts(
             agent.status(),
             agent.observe(),
             name,
-            token,
+            token.clone(),
             &agent.tracker(),
-        )
+        );
+        d.follow_history(agent.state_dir().to_path_buf(), token, &agent.tracker());
+        d
+    }
+
+    /// Reads the last day of the history in `dir` every few seconds, on a
+    /// blocking thread, until `token` is cancelled.
+    pub fn follow_history(
+        &self,
+        dir: std::path::PathBuf,
+        token: CancellationToken,
+        tracker: &TaskTracker,
+    ) {
+        let s = self.shared.clone();
+        tracker.spawn(async move {
+            loop {
+                let dir = dir.clone();
+                let read = tokio::task::spawn_blocking(move || {
+                    let filter = crate::history::Filter {
+                        since: Some(Utc::now() - chrono::Duration::days(1)),
+                        group: None,
+                        limit: Some(HISTORY_SHOWN),
+                    };
+                    crate::history::read(&dir, &filter)
+                })
+                .await;
+                if let Ok(Ok(mut records)) = read {
+                    records.reverse();
+                    *lock(&s.history) = records;
+                }
+                tokio::select! {
+                    _ = token.cancelled() => return,
+                    _ = tokio::time::sleep(HISTORY_REFRESH) => {}
+                }
+            }
+        });
     }
 
     /// Watches a status channel and a decision stream until `token` is
@@ -135,6 +183,7 @@ impl Dashboard {
             status,
             decisions: Mutex::new(VecDeque::with_capacity(RECENT_DECISIONS)),
             explanations: Mutex::default(),
+            history: Mutex::default(),
         });
         let s = shared.clone();
         tracker.spawn(async move {
@@ -189,6 +238,7 @@ impl Dashboard {
             decisions: lock(&self.shared.decisions).iter().cloned().collect(),
             explanations: lock(&self.shared.explanations).values().cloned().collect(),
             exhausted,
+            history: lock(&self.shared.history).clone(),
             status,
         }
     }
@@ -302,6 +352,43 @@ mod tests {
             assert!(tokio::time::Instant::now() < deadline, "collector too slow");
             tokio::time::sleep(std::time::Duration::from_millis(10)).await;
         }
+        token.cancel();
+    }
+
+    #[tokio::test]
+    async fn shows_the_last_day_of_the_history_newest_first() {
+        use crate::history::{Event, Record, Writer};
+        let dir = tempfile::tempdir().unwrap();
+        let mut w = Writer::new(dir.path(), &Default::default());
+        for (i, hours) in [(1, 30), (2, 2), (3, 1)] {
+            w.append(&Record {
+                at: Utc::now() - chrono::Duration::hours(hours),
+                event: Event::Decision(decision(i)),
+            })
+            .unwrap();
+        }
+        let (_stx, srx) = watch::channel(Arc::new(Status::default()));
+        let (_otx, orx) = broadcast::channel(16);
+        let token = CancellationToken::new();
+        let tracker = TaskTracker::new();
+        let d = Dashboard::from_parts(srx, orx, "b", token.clone(), &tracker);
+        d.follow_history(dir.path().to_path_buf(), token.clone(), &tracker);
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
+        while d.snapshot().history.is_empty() {
+            assert!(tokio::time::Instant::now() < deadline, "history never read");
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        let ops: Vec<_> = d
+            .snapshot()
+            .history
+            .iter()
+            .map(|r| match &r.event {
+                Event::Decision(x) => x.op.clone().unwrap(),
+                _ => panic!(),
+            })
+            .collect();
+        assert_eq!(ops, vec!["op-3", "op-2"], "the last day, newest first");
+        assert!(DASHBOARD_JS.contains("renderJournal"));
         token.cancel();
     }
 

@@ -24,7 +24,8 @@ use gearshift_proto::msg::{GroupStats, NodeReport};
 use gearshift_proto::routing::NO_DISTRICT;
 use serde::{Deserialize, Serialize};
 
-use self::sums::{Acc, GroupSums, ProfileSums, add_stats};
+pub use self::sums::add_stats;
+use self::sums::{Acc, GroupSums, ProfileSums};
 
 mod sums;
 
@@ -37,6 +38,10 @@ pub struct NodeEntry {
     pub received: DateTime<Utc>,
     /// When the node was first seen.
     pub first_seen: DateTime<Utc>,
+    /// An operator cordoned the node: no gear goes there, so its free
+    /// slots are not capacity (see [`Fleet::set_cordoned`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub cordoned: bool,
 }
 
 impl NodeEntry {
@@ -65,9 +70,10 @@ impl NodeEntry {
         self.report.gears.total()
     }
 
-    /// Free active slots, when the node is active: max(0, max_active - active).
+    /// Free active slots, when the node is active and not cordoned:
+    /// max(0, max_active - active).
     pub fn available_active(&self) -> u32 {
-        if self.report.active {
+        if self.report.active && !self.cordoned {
             self.report
                 .max_active_gears
                 .saturating_sub(self.active_gears())
@@ -135,6 +141,8 @@ pub struct Fleet {
     uids: Mutex<HashMap<String, (u32, u32)>>,
     /// Running totals per profile.
     profiles: Mutex<HashMap<String, ProfileSums>>,
+    /// Cordoned nodes, known or not yet reporting.
+    cordoned: BTreeSet<String>,
 }
 
 impl Clone for Fleet {
@@ -143,6 +151,7 @@ impl Clone for Fleet {
             nodes: self.nodes.clone(),
             by_group: self.by_group.clone(),
             by_district: self.by_district.clone(),
+            cordoned: self.cordoned.clone(),
             sums: Mutex::default(),
             uids: Mutex::default(),
             profiles: Mutex::default(),
@@ -180,6 +189,7 @@ impl Fleet {
                     report,
                     received: now,
                     first_seen: old_entry.first_seen,
+                    cordoned: old_entry.cordoned,
                 };
                 let new = e.group();
                 if old == new && old_entry.report.district_uuid() == e.report.district_uuid() {
@@ -199,6 +209,7 @@ impl Fleet {
             }
             None => {
                 let e = NodeEntry {
+                    cordoned: self.cordoned.contains(&report.node),
                     report,
                     received: now,
                     first_seen: now,
@@ -220,6 +231,22 @@ impl Fleet {
         }
         self.index(&entry);
         self.nodes.insert(entry.report.node.clone(), entry);
+    }
+
+    /// Cordons or uncordons `node` (known or not yet reporting): a
+    /// cordoned node's free slots stop counting as available gears.
+    pub fn set_cordoned(&mut self, node: &str, on: bool) {
+        if on {
+            self.cordoned.insert(node.to_string());
+        } else {
+            self.cordoned.remove(node);
+        }
+        if let Some(mut e) = self.nodes.remove(node) {
+            self.unindex(&e);
+            e.cordoned = on;
+            self.index(&e);
+            self.nodes.insert(node.to_string(), e);
+        }
     }
 
     /// Forgets a node (removed, or missing for too long).

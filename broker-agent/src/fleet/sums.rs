@@ -73,7 +73,8 @@ impl ProfileSums {
     }
 }
 
-pub(super) fn add_stats(total: &mut GroupStats, s: &GroupStats) {
+/// Adds `s`'s counts to `total` (`usage_pct` and `district_free_uids` untouched).
+pub fn add_stats(total: &mut GroupStats, s: &GroupStats) {
     total.nodes_active += s.nodes_active;
     total.nodes_inactive += s.nodes_inactive;
     total.nodes_missing += s.nodes_missing;

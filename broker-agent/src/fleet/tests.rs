@@ -33,6 +33,7 @@ pub fn report(
         mem_free_mb: 0,
         mem_total_mb: 0,
         started_at: DateTime::from_timestamp(1_700_000_000, 0).unwrap(),
+        booted_at: None,
         booted_for: None,
         do_not_disrupt: false,
         pinned_gears: 0,

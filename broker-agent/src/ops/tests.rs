@@ -77,3 +77,20 @@ fn op_ids_are_their_string_on_the_wire_and_in_the_journal() {
     ops.insert(op);
     assert!(ops.get("op-0123456789ab").is_some());
 }
+
+const DOWN_KEPT: &str = r#"{"id":"op-ba9876543210","group":{"district":"d1","profile":"small"},"handler":"log","reason":"r","created":"2026-11-20T10:00:00Z","updated":"2026-11-20T10:00:00Z","call_seq":0,"body":{"type":"scale_down","node":"c","origin":{"operator":{"by":"alice"}},"keep":true,"step":{"step":"done"},"cmd":null,"cmd_sent":null,"sends":1,"deadline":"2026-11-20T10:00:00Z","round":1,"gears":[],"moves":[],"progress":{"moved":0,"failed":0,"remaining":0,"total":0,"moved_total":0},"remove_attempt":0,"removed_at":null,"next_call":null,"presence":null,"abort_reason":null,"end":{"end":"kept"},"replan_at":null}}"#;
+
+const GROUP_PAUSED: &str = r#"{"last_scale_up":null,"last_scale_down":null,"last_failure":null,"backoff_until":null,"up_failures":0,"quota_failures":0,"exhausted":null,"underused_since":null,"last_decision":null,"paused":{"by":"alice","reason":"upgrade","since":"2026-11-20T10:00:00Z","until":"2026-11-20T12:00:00Z"}}"#;
+
+#[test]
+fn maintenance_drains_and_pauses_have_their_own_fields() {
+    let kept = round_trip::<Op>(DOWN_KEPT);
+    let d = kept.down().unwrap();
+    assert!(d.keep && kept.is_done());
+    assert_eq!(kept.state(), "kept");
+    let g = round_trip::<GroupState>(GROUP_PAUSED);
+    assert_eq!(g.paused.unwrap().by, "alice");
+    // Earlier records have neither: they read as a removal drain, unpaused.
+    assert!(!round_trip::<Op>(DOWN_ABORTED).down().unwrap().keep);
+    assert!(round_trip::<GroupState>(GROUP_FULL).paused.is_none());
+}

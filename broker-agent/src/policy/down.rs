@@ -1,14 +1,13 @@
 //! Scale-down rules: the triggers, the stabilization window, the cooldowns
-//! and budgets, and the victim (with its absorb and no-flap checks).
+//! and budgets; the victim and its absorb and no-flap checks are in
+//! `victim.rs`.
 
 use chrono::{DateTime, Utc};
 use gearshift_proto::msg::{Outcome, Reason};
 
 use super::facts::GroupFacts;
 use super::{Drain, Eval, Plan, ago, budget, human, reason};
-use crate::config::VictimStrategy;
 use crate::core::actions::dur;
-use crate::fleet::{NodeEntry, usage};
 use crate::ops::{GroupMemory, Origin};
 
 /// What the scale-down rules decided for a group.
@@ -272,127 +271,5 @@ impl Eval<'_> {
                 ),
             ),
         ]
-    }
-
-    /// Whether the rest of the district absorbs the victim's gears, and
-    /// whether removing it keeps the group under the scale-up thresholds.
-    fn victim_rules(&self, f: &GroupFacts, e: &NodeEntry, g: &mut Vec<Reason>) {
-        let p = &self.cfg.policy;
-        let (key, s, now) = (&f.key, &f.stats, self.now);
-        let node = &e.report.node;
-        let room = self.facts.room_without(key, node, now);
-        // Every gear takes a slot on its target (an idle gear wakes up on
-        // its next request), as the evacuation planner counts them.
-        let need = e.total_gears();
-        g.push(reason(
-            "absorb",
-            room >= need,
-            format!("the rest of the district has room for {room} gears, {node} has {need}"),
-        ));
-        let avail_after = s
-            .available_active_gears
-            .saturating_sub(e.available_active());
-        let after = usage(s.gears_active, avail_after);
-        let limits = [
-            p.profile_threshold.get(&key.district, &key.profile),
-            p.district_threshold.get(&key.district, &key.profile),
-        ];
-        if let Some(lim) = limits.iter().flatten().min().copied() {
-            g.push(reason(
-                "no_flap",
-                after < f64::from(lim),
-                format!(
-                    "usage after removal {after:.1} %, must stay below the scale-up threshold {lim} %"
-                ),
-            ));
-        }
-        if let Some(t) = p.gear_up_threshold.for_profile(&key.profile) {
-            let ps = self
-                .facts
-                .profile_stats_without(&key.profile, now, &self.removing);
-            let eff_after = ps
-                .effective_available_gears
-                .saturating_sub(e.available_active());
-            g.push(reason(
-                "no_flap_gear_up",
-                eff_after >= t,
-                format!(
-                    "{eff_after} effective available gears after removal, GEAR_UP_THRESHOLD {t}"
-                ),
-            ));
-        }
-    }
-
-    /// Inactive nodes first, then the group's strategy. Never a
-    /// do-not-disrupt node, one with pinned gears, or one already draining.
-    fn choose_victim(&self, f: &GroupFacts) -> Result<(String, String), String> {
-        let (now, intervals) = (self.now, self.facts.stale_intervals);
-        let mut excluded = vec![];
-        let mut cands: Vec<&NodeEntry> = vec![];
-        for e in self.facts.fleet.in_group(&f.key) {
-            let n = &e.report.node;
-            if !e.is_fresh(now, intervals) {
-                excluded.push(format!("{n} missing"));
-            } else if self.facts.saga_of(n).is_some() || self.removing.contains(n) {
-                excluded.push(format!("{n} draining"));
-            } else if self.facts.do_not_disrupt(n) {
-                excluded.push(format!("{n} do-not-disrupt"));
-            } else if e.report.pinned_gears > 0 {
-                excluded.push(format!("{n} has {} pinned gears", e.report.pinned_gears));
-            } else {
-                cands.push(e);
-            }
-        }
-        let strategy = f.settings.victim_strategy;
-        let none = |extra: &str| {
-            let mut s = format!("no node can be drained{extra}");
-            if !excluded.is_empty() {
-                s.push_str(&format!(" (excluded: {})", excluded.join(", ")));
-            }
-            s
-        };
-        if let Some(e) = cands
-            .iter()
-            .filter(|e| !e.report.active)
-            .min_by_key(|e| (e.total_gears(), e.report.node.clone()))
-        {
-            return Ok((
-                e.report.node.clone(),
-                format!("already inactive, {} gears", e.total_gears()),
-            ));
-        }
-        let pick = match strategy {
-            VictimStrategy::LeastBusy => cands
-                .iter()
-                .min_by_key(|e| (e.active_gears(), e.total_gears(), e.report.node.clone())),
-            VictimStrategy::EmptyOnly => cands
-                .iter()
-                .filter(|e| e.total_gears() == 0)
-                .min_by_key(|e| e.report.node.clone()),
-            VictimStrategy::Oldest => cands
-                .iter()
-                .min_by_key(|e| (e.report.started_at, e.report.node.clone())),
-            VictimStrategy::Newest => cands.iter().max_by_key(|e| {
-                (
-                    e.report.started_at,
-                    std::cmp::Reverse(e.report.node.clone()),
-                )
-            }),
-        };
-        match pick {
-            Some(e) => Ok((
-                e.report.node.clone(),
-                format!(
-                    "{}: {} active of {} gears",
-                    strategy.as_str(),
-                    e.active_gears(),
-                    e.total_gears()
-                ),
-            )),
-            None if strategy == VictimStrategy::EmptyOnly => {
-                Err(none(" (empty_only: no empty node)"))
-            }
-            None => Err(none("")),
-        }
     }
 }

@@ -6,7 +6,7 @@ use gearshift_proto::msg::{GroupStats, Reason};
 use super::{Eval, ago, reason};
 use crate::config::GroupSettings;
 use crate::fleet::{NodeEntry, usage};
-use crate::ops::{OpBody, OpId};
+use crate::ops::{DownStep, OpBody, OpId};
 
 /// A group's figures and operations at the evaluation's instant.
 #[derive(Debug, Clone)]
@@ -24,7 +24,10 @@ pub(super) struct GroupFacts {
     pub cancellable: Vec<OpId>,
     /// `max_active_gears` of a node of this group (largest seen), if any is known.
     pub per_node_max: Option<u32>,
-    /// Available active gears plus what booting nodes will bring.
+    /// Free slots of drained nodes being re-activated (an abort or a drain
+    /// cancel): capacity on its way back, like a booting node's.
+    pub returning: u32,
+    /// Available active gears plus what booting and re-activated nodes will bring.
     pub proj_available: u32,
 }
 
@@ -48,6 +51,7 @@ impl Eval<'_> {
         let mut booting = 0;
         let mut draining = 0;
         let mut cancellable = vec![];
+        let mut returning = 0u32;
         for op in self.facts.ops.in_flight().filter(|o| &o.group == key) {
             match &op.body {
                 OpBody::ScaleUp(_) => booting += 1,
@@ -55,6 +59,11 @@ impl Eval<'_> {
                     draining += 1;
                     if d.step.cancellable() {
                         cancellable.push(op.id.clone());
+                    }
+                    if matches!(d.step, DownStep::Reactivating { .. })
+                        && let Some(e) = fleet.get(&d.node).filter(|e| !e.report.active)
+                    {
+                        returning += e.report.max_active_gears.saturating_sub(e.active_gears());
                     }
                 }
             }
@@ -72,7 +81,8 @@ impl Eval<'_> {
             });
         let proj_available = stats
             .available_active_gears
-            .saturating_add(booting * per_node_max.unwrap_or(0));
+            .saturating_add(booting * per_node_max.unwrap_or(0))
+            .saturating_add(returning);
         GroupFacts {
             key: key.clone(),
             settings: self.cfg.group(key),
@@ -82,6 +92,7 @@ impl Eval<'_> {
             draining,
             cancellable,
             per_node_max,
+            returning,
             proj_available,
         }
     }

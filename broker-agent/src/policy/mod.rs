@@ -22,11 +22,14 @@
 //!
 //! Layout: this file holds the inputs, the verdicts and the walk over the
 //! groups; `facts.rs` what one evaluation knows of a group, `up.rs` the
-//! scale-up rules, `down.rs` the scale-down rules and the victim choice.
+//! scale-up rules, `down.rs` the scale-down rules, `victim.rs` the victim
+//! choice and its absorb and no-flap checks, `pause.rs` an operator's pause.
 
 mod down;
 mod facts;
+mod pause;
 mod up;
+mod victim;
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -49,7 +52,8 @@ use self::up::ProfilePlan;
 pub struct GroupMemory {
     /// Last scale-up decision.
     pub last_scale_up: Option<DateTime<Utc>>,
-    /// Last completed removal.
+    /// Last drain that ended: removed, kept, cancelled, aborted or failed
+    /// (the scale-down cooldown runs from here).
     pub last_scale_down: Option<DateTime<Utc>>,
     /// Last failed (aborted) scale-down.
     pub last_failure: Option<DateTime<Utc>>,
@@ -68,12 +72,27 @@ pub struct Memory<'a> {
     pub groups: &'a BTreeMap<GroupKey, GroupState>,
     /// Whether the stale-node breaker was open after the last evaluation.
     pub breaker_open: bool,
+    /// An operator's pause of the whole fleet, if any.
+    pub fleet_pause: Option<&'a crate::ops::Pause>,
 }
 
 impl Memory<'_> {
     /// A group's record.
     pub fn group(&self, g: &GroupKey) -> GroupState {
         self.groups.get(g).cloned().unwrap_or_default()
+    }
+
+    /// The pause that holds for `g` at `now` (the fleet's first), and
+    /// whether it is the fleet's.
+    pub fn pause_of(&self, g: &GroupKey, now: DateTime<Utc>) -> Option<(&crate::ops::Pause, bool)> {
+        if let Some(p) = self.fleet_pause.filter(|p| p.holds(now)) {
+            return Some((p, true));
+        }
+        self.groups
+            .get(g)
+            .and_then(|s| s.paused.as_ref())
+            .filter(|p| p.holds(now))
+            .map(|p| (p, false))
     }
 }
 
@@ -263,9 +282,15 @@ impl Eval<'_> {
             .unwrap_or_default();
         if !plan.cancels.is_empty() {
             plan.up_wanted = true;
+            if plan.up_reason.is_empty()
+                && let Some(pp) = profile
+            {
+                plan.up_reason.push(pp.why.clone());
+            }
         }
         self.group_up(f, &mut plan);
-        let mut underused_since = self.memory.group(key).memory.underused_since;
+        let remembered = self.memory.group(key).memory.underused_since;
+        let mut underused_since = remembered;
         let mut drain = None;
         let (outcome, summary) = if plan.up_wanted {
             up_summary(&plan)
@@ -283,7 +308,7 @@ impl Eval<'_> {
             drain = d.drain;
             (d.outcome, d.summary)
         };
-        GroupVerdict {
+        let v = GroupVerdict {
             key: key.clone(),
             up_reason: plan.up_reason.join("; "),
             cancels: if plan.up_wanted { plan.cancels } else { vec![] },
@@ -300,6 +325,10 @@ impl Eval<'_> {
                 stats: f.stats.clone(),
                 ops_in_flight: vec![],
             },
+        };
+        match self.memory.pause_of(key, self.now) {
+            Some((p, fleet)) => pause::hold(v, p, fleet, remembered),
+            None => v,
         }
     }
 }

@@ -3,6 +3,8 @@
 
 use crate::core::testkit::*;
 
+mod arithmetic;
+
 #[test]
 fn profile_threshold_scales_up_the_district_with_most_free_uids() {
     let mut h = H::new(cfg_with(|_| {}));
@@ -402,6 +404,7 @@ fn evaluation_reads_and_changes_nothing() {
     let memory = Memory {
         groups: h.core.group_states(),
         breaker_open: false,
+        fleet_pause: None,
     };
     let cfg = h.core.config().clone();
     let v = evaluate(&h.core.facts(), &cfg, &memory, h.now);
@@ -432,6 +435,7 @@ fn verdicts_carry_the_stabilization_memory_and_the_drain() {
     let memory = Memory {
         groups: h.core.group_states(),
         breaker_open: false,
+        fleet_pause: None,
     };
     let cfg = h.core.config().clone();
     let v = evaluate(&h.core.facts(), &cfg, &memory, h.now);
@@ -446,6 +450,7 @@ fn verdicts_carry_the_stabilization_memory_and_the_drain() {
     let memory = Memory {
         groups: h.core.group_states(),
         breaker_open: false,
+        fleet_pause: None,
     };
     let v = evaluate(&h.core.facts(), &cfg, &memory, h.now);
     let drain = v.groups[0].drain.as_ref().unwrap();

@@ -23,6 +23,8 @@ pub(super) struct ProfilePlan {
     pub assign: BTreeMap<GroupKey, (u32, String)>,
     /// Drains to cancel per group.
     pub cancels: BTreeMap<GroupKey, Vec<OpId>>,
+    /// Why the profile needs capacity (the cancels say it).
+    pub why: String,
 }
 
 impl Eval<'_> {
@@ -46,6 +48,7 @@ impl Eval<'_> {
         let (reasons, want, why) = self.profile_demand(profile, in_profile);
         let mut pp = ProfilePlan {
             reasons,
+            why: why.clone(),
             ..Default::default()
         };
         if want == 0 {
@@ -131,6 +134,7 @@ impl Eval<'_> {
             .profile_stats_without(profile, self.now, &self.removing);
         let proj: u32 = groups.iter().map(|f| f.proj_available).sum();
         let booting: u32 = groups.iter().map(|f| f.booting).sum();
+        let returning: u32 = groups.iter().map(|f| f.returning).sum();
         let per_node = groups.iter().filter_map(|f| f.per_node_max).max();
         let pu = usage(ps.gears_active, proj);
         let mut reasons = vec![];
@@ -162,7 +166,8 @@ impl Eval<'_> {
         if let Some(th) = p.gear_up_threshold.for_profile(profile) {
             let eff = ps
                 .effective_available_gears
-                .saturating_add(booting * per_node.unwrap_or(0));
+                .saturating_add(booting * per_node.unwrap_or(0))
+                .saturating_add(returning);
             let under = reporting && eff < th;
             reasons.push(reason(
                 "gear_up_threshold",

@@ -8,7 +8,9 @@
 //! - [`Bus::send_to_queue`] publishes to the default exchange with the queue
 //!   name as routing key, confirmed too.
 //! - [`Bus::subscribe`] declares a server-named, exclusive, auto-deleted queue
-//!   bound to the pattern and consumes it without acknowledgements.
+//!   bound to the pattern and consumes it with a prefetch of 256; each
+//!   delivery is acknowledged once the subscription took it, so that what
+//!   lapin holds stays bounded.
 //! - Named queues ([`Bus::declare_queue`], [`Bus::consume`]): durable ones are
 //!   durable and never auto-deleted; transient ones (reply queues) are
 //!   exclusive and auto-deleted. Consumers acknowledge manually, with
@@ -25,21 +27,34 @@
 //! Deliveries received on a lost connection can no longer be acknowledged
 //! (`ack` fails cleanly); the broker delivers them again, marked redelivered.
 //!
+//! ## Refusals and oversized messages
+//! A declaration or consumer the broker refuses (a channel error such as
+//! `ACCESS_REFUSED`) fails the call with [`BusError::Server`] and is recorded
+//! in [`Bus::health`]; the next attempt at the same queue waits for its
+//! backoff ([`crate::Backoff`], growing with every refusal in a row). A
+//! message over [`MAX_PAYLOAD`] is rejected without requeue after lapin
+//! received it (lapin cannot refuse earlier; see `forward`) and handed on as
+//! a [`crate::TooLarge`] delivery.
+//!
 //! ## Layout
 //! - `link`: one connection: endpoint, TLS socket, channels, loss detection, errors.
-//! - `topology`: what to restore (queues, bindings, consumers), consumer tasks, acks.
+//! - `topology`: what to restore (queues, bindings, consumers), starting consumers.
+//! - `forward`: the consumer tasks (oversized messages dropped there) and acks.
+//! - `health`: refusals and their backoff, [`Bus::health`].
 //! - `supervisor`: the first connection, reconnects, restoring the topology,
 //!   repairing consumers.
 //!
 //! TLS (`amqps://`) uses [`crate::tls`]: a private CA or the system's roots,
 //! an optional client certificate, and a server-name override.
 
+mod forward;
+mod health;
 mod link;
 mod supervisor;
 mod topology;
 
-use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex as StdMutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -56,14 +71,16 @@ use crate::api::{
     Bus, BusEvent, ConsumeOptions, Delivery, Durability, OutMessage, QueueSpec, SharedBus,
     Subscription,
 };
+use crate::backoff::Backoff;
 use crate::error::BusError;
+use crate::health::{BusHealth, Refusals};
 use crate::reply::ReplyRouter;
 use crate::{BusUrl, ConnectOptions};
 
 pub use self::topology::MAX_PAYLOAD;
 
-/// Deliveries buffered for a topic subscription before its consumer waits.
-const SUBSCRIPTION_BUFFER: usize = 8192;
+/// Unacknowledged deliveries of a topic subscription, and its buffer.
+const SUBSCRIPTION_PREFETCH: u16 = 256;
 /// Longest wait for the broker's close-ok when closing.
 const CLOSE_WAIT: Duration = Duration::from_secs(5);
 
@@ -87,6 +104,10 @@ pub(crate) struct Shared {
     reconnects: AtomicU64,
     /// Connection generations whose consumers need restarting (see `supervisor::repair`).
     repairs: mpsc::UnboundedSender<u64>,
+    /// Queues and patterns the broker refused, with their backoff.
+    refusals: StdMutex<Refusals>,
+    /// Messages over [`MAX_PAYLOAD`] dropped.
+    too_large: AtomicU64,
 }
 
 /// An AMQP 0-9-1 bus (see the [module documentation](self)).
@@ -119,6 +140,7 @@ impl AmqpBus {
     pub async fn connect_concrete(url: BusUrl, opts: ConnectOptions) -> Result<AmqpBus, BusError> {
         let endpoint = Endpoint::new(&url, &opts)?;
         let link = first_link(&endpoint, &opts).await?;
+        let refusals = StdMutex::new(Refusals::new(Backoff::reconnect(&opts)));
         tracing::info!(endpoint = %endpoint.display, name = %opts.name, "AMQP connected");
         let (events, _) = broadcast::channel(64);
         let (repairs, repair_rx) = mpsc::unbounded_channel();
@@ -131,6 +153,8 @@ impl AmqpBus {
             closed: CancellationToken::new(),
             generations: AtomicU64::new(0),
             reconnects: AtomicU64::new(0),
+            refusals,
+            too_large: AtomicU64::new(0),
             repairs,
         });
         tokio::spawn(repairer(Arc::downgrade(&shared), repair_rx));
@@ -232,11 +256,7 @@ impl AmqpBus {
         manual_ack: bool,
     ) -> Result<Subscription, BusError> {
         self.shared.check_open()?;
-        let cap = if manual_ack {
-            usize::from(prefetch.max(1))
-        } else {
-            SUBSCRIPTION_BUFFER
-        };
+        let cap = usize::from(prefetch.max(1));
         let (tx, rx) = mpsc::channel(cap);
         let dropped = CancellationToken::new();
         let op_timeout = self.shared.opts.op_timeout;
@@ -245,6 +265,9 @@ impl AmqpBus {
             what: format!("starting a consumer of {source:?}"),
             after: op_timeout,
         };
+        self.shared
+            .wait_out_refusal(&source.label(), deadline)
+            .await?;
         let id = loop {
             let link = self.shared.link(deadline).await?;
             let mut topo = timeout_at(deadline, self.shared.topo.lock())
@@ -292,8 +315,10 @@ impl AmqpBus {
             if !matches!(err, BusError::Timeout { .. }) && link.check_lost() {
                 continue;
             }
+            self.shared.note_failure(&source.label(), &err);
             return Err(self.shared.fail(err));
         };
+        self.shared.note_success(&source.label());
         Ok(Subscription::new(
             rx,
             Guard {
@@ -449,8 +474,13 @@ impl Bus for AmqpBus {
 
     async fn subscribe(&self, pattern: &str) -> Result<Subscription, BusError> {
         check_key("pattern", pattern, false)?;
-        self.add_consumer(Source::Pattern(pattern.to_string()), None, 0, false)
-            .await
+        self.add_consumer(
+            Source::Pattern(pattern.to_string()),
+            None,
+            SUBSCRIPTION_PREFETCH,
+            false,
+        )
+        .await
     }
 
     async fn declare_queue(&self, spec: &QueueSpec) -> Result<(), BusError> {
@@ -458,6 +488,7 @@ impl Bus for AmqpBus {
         self.shared.check_open()?;
         let op_timeout = self.shared.opts.op_timeout;
         let deadline = Instant::now() + op_timeout;
+        self.shared.wait_out_refusal(&spec.name, deadline).await?;
         let timed_out = || BusError::Timeout {
             what: format!("declaring queue {:?}", spec.name),
             after: op_timeout,
@@ -472,7 +503,10 @@ impl Bus for AmqpBus {
             }
             let before = topo.remember(spec);
             let err = match timeout_at(deadline, topology::declare(&link, spec)).await {
-                Ok(Ok(())) => return Ok(()),
+                Ok(Ok(())) => {
+                    self.shared.note_success(&spec.name);
+                    return Ok(());
+                }
                 Ok(Err(e)) => e,
                 Err(_) => timed_out(),
             };
@@ -480,6 +514,7 @@ impl Bus for AmqpBus {
             if !matches!(err, BusError::Timeout { .. }) && link.check_lost() {
                 continue;
             }
+            self.shared.note_failure(&spec.name, &err);
             return Err(self.shared.fail(err));
         }
     }
@@ -513,6 +548,10 @@ impl Bus for AmqpBus {
 
     fn events(&self) -> broadcast::Receiver<BusEvent> {
         self.shared.events.subscribe()
+    }
+
+    fn health(&self) -> BusHealth {
+        self.shared.health()
     }
 
     async fn close(&self) {

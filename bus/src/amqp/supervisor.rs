@@ -91,11 +91,15 @@ async fn restore_consumers(
             dropped: slot.dropped.clone(),
         };
         match timeout(shared.opts.op_timeout, topology::start(shared, link, start)).await {
-            Ok(Ok(r)) => slot.running = Some(r),
+            Ok(Ok(r)) => {
+                shared.note_success(&slot.source.label());
+                slot.running = Some(r);
+            }
             Ok(Err(e)) => {
                 if link.check_lost() {
                     return Err(e);
                 }
+                shared.note_failure(&slot.source.label(), &e);
                 tracing::error!(source = ?slot.source, error = %e, "cannot restart a consumer; will retry");
                 failed += 1;
             }

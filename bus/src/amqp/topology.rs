@@ -6,22 +6,17 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use async_trait::async_trait;
-use bytes::Bytes;
-use futures::StreamExt;
-use lapin::options::{
-    BasicAckOptions, BasicConsumeOptions, BasicNackOptions, BasicQosOptions, QueueBindOptions,
-    QueueDeclareOptions,
-};
+use lapin::Channel;
+use lapin::options::{BasicConsumeOptions, BasicQosOptions, QueueBindOptions, QueueDeclareOptions};
 use lapin::protocol::{AMQPErrorKind, AMQPSoftError};
 use lapin::types::{AMQPValue, FieldTable};
-use lapin::{Channel, Consumer};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::Shared;
+use super::forward::Forwarder;
 use super::link::{EXCHANGE, Link, map_error};
-use crate::api::{AckHandle, Delivery, Durability, QueueSpec};
+use crate::api::{Delivery, Durability, QueueSpec};
 use crate::error::BusError;
 
 /// Largest payload accepted, sent or received (RabbitMQ takes more; our messages never need it).
@@ -40,6 +35,16 @@ pub(crate) enum Source {
     Queue(String),
     /// A server-named, exclusive, auto-deleted queue bound to a topic pattern.
     Pattern(String),
+}
+
+impl Source {
+    /// What refusals of it are recorded under ([`crate::BusHealth::refusing`]).
+    pub(crate) fn label(&self) -> String {
+        match self {
+            Source::Queue(name) => name.clone(),
+            Source::Pattern(p) => format!("{EXCHANGE}/{p}"),
+        }
+    }
 }
 
 /// The consumer of one [`crate::Subscription`], across connections.
@@ -323,19 +328,17 @@ async fn start_once(
             }
         };
         let context = format!("consuming {queue:?}");
-        if s.manual_ack {
-            ch.basic_qos(s.prefetch.max(1), BasicQosOptions { global: false })
-                .await
-                .map_err(|e| failure(e, endpoint, &context))?;
-        }
+        // Always with acknowledgements and a prefetch, `subscribe` too (its
+        // forwarder acknowledges): what lapin can hold is bounded by the
+        // prefetch, oversized messages included.
+        ch.basic_qos(s.prefetch.max(1), BasicQosOptions { global: false })
+            .await
+            .map_err(|e| failure(e, endpoint, &context))?;
         let consumer = ch
             .basic_consume(
                 queue.as_str().into(),
                 "".into(),
-                BasicConsumeOptions {
-                    no_ack: !s.manual_ack,
-                    ..BasicConsumeOptions::default()
-                },
+                BasicConsumeOptions::default(),
                 FieldTable::default(),
             )
             .await
@@ -368,144 +371,6 @@ async fn start_once(
         channel: ch,
         ended,
     })
-}
-
-/// Moves deliveries of one lapin consumer into a subscription's channel until
-/// the consumer ends (connection lost, cancelled) or the subscription is dropped.
-struct Forwarder {
-    shared: Weak<Shared>,
-    link: Arc<Link>,
-    tx: mpsc::Sender<Delivery>,
-    dropped: CancellationToken,
-    /// Cancelled when this task ends.
-    ended: CancellationToken,
-    manual_ack: bool,
-    op_timeout: Duration,
-}
-
-impl Forwarder {
-    async fn run(self, mut consumer: Consumer) {
-        let Forwarder {
-            shared,
-            link,
-            tx,
-            dropped,
-            ended,
-            manual_ack,
-            op_timeout,
-        } = self;
-        let _ended = ended.drop_guard();
-        let queue = consumer.queue().to_string();
-        // Runs until lapin ends the stream (it does when the connection or channel
-        // is lost, after the deliveries it already received: for subscriptions
-        // without acknowledgements those are the broker's last copy).
-        let ended = loop {
-            let item = tokio::select! {
-                _ = dropped.cancelled() => return,
-                item = consumer.next() => item,
-            };
-            let d = match item {
-                Some(Ok(d)) => d,
-                Some(Err(e)) => break e.to_string(),
-                None => break "consumer cancelled".to_string(),
-            };
-            if d.data.len() > MAX_PAYLOAD {
-                tracing::warn!(
-                    queue,
-                    key = %d.routing_key,
-                    bytes = d.data.len(),
-                    limit = MAX_PAYLOAD,
-                    "dropping an oversized message"
-                );
-                if manual_ack {
-                    let _ = d
-                        .acker
-                        .reject(lapin::options::BasicRejectOptions { requeue: false })
-                        .await;
-                }
-                continue;
-            }
-            let props = &d.properties;
-            let acker: Option<Box<dyn AckHandle>> = manual_ack.then(|| {
-                Box::new(AmqpAck {
-                    acker: d.acker.clone(),
-                    op_timeout,
-                    endpoint: link.endpoint.clone(),
-                }) as Box<dyn AckHandle>
-            });
-            let delivery = Delivery::new(
-                d.routing_key.to_string(),
-                Bytes::from(d.data),
-                props.reply_to().as_ref().map(|s| s.to_string()),
-                props.correlation_id().as_ref().map(|s| s.to_string()),
-                d.redelivered,
-                acker,
-            );
-            tokio::select! {
-                _ = dropped.cancelled() => return,
-                r = tx.send(delivery) => if r.is_err() { return },
-            }
-        };
-        if dropped.is_cancelled() || link.check_lost() {
-            return;
-        }
-        // The broker ended a consumer on a live connection (its queue was deleted,
-        // or its channel closed): start it again, with backoff, while it is wanted.
-        tracing::warn!(queue, reason = %ended, "consumer ended unexpectedly; restarting it");
-        if let Some(shared) = shared.upgrade() {
-            shared.request_repair(link.generation);
-        }
-    }
-}
-
-/// Acknowledges one AMQP delivery.
-struct AmqpAck {
-    acker: lapin::Acker,
-    op_timeout: Duration,
-    endpoint: String,
-}
-
-impl AmqpAck {
-    async fn settle(
-        &self,
-        what: &str,
-        fut: impl Future<Output = lapin::Result<bool>>,
-    ) -> Result<(), BusError> {
-        match tokio::time::timeout(self.op_timeout, fut).await {
-            Ok(Ok(true)) => Ok(()),
-            Ok(Ok(false)) => Err(BusError::Connect {
-                endpoint: self.endpoint.clone(),
-                reason: format!(
-                    "cannot {what}: the delivery's channel or connection is gone; \
-                     the broker delivers the message again"
-                ),
-            }),
-            Ok(Err(e)) => Err(map_error(&e, &self.endpoint)),
-            Err(_) => Err(BusError::Timeout {
-                what: what.to_string(),
-                after: self.op_timeout,
-            }),
-        }
-    }
-}
-
-#[async_trait]
-impl AckHandle for AmqpAck {
-    async fn ack(&self) -> Result<(), BusError> {
-        self.settle("ack", self.acker.ack(BasicAckOptions::default()))
-            .await
-    }
-
-    async fn nack(&self, requeue: bool) -> Result<(), BusError> {
-        self.settle(
-            "nack",
-            self.acker.nack(BasicNackOptions {
-                requeue,
-                multiple: false,
-            }),
-        )
-        .await
-    }
 }
 
 /// Cancels a consumer when its subscription is dropped.

@@ -17,12 +17,23 @@ pub struct StompCodec {
 }
 
 impl StompCodec {
-    /// A codec with these limits, writing LF line ends and `content-length`.
+    /// A codec with these limits, writing LF line ends and `content-length`;
+    /// a body over the limit is a decoding error.
     pub fn new(limits: Limits) -> Self {
         StompCodec {
             decoder: FrameDecoder::new(limits),
             limits,
             opts: EncodeOptions::default(),
+        }
+    }
+
+    /// The transport's codec: like [`StompCodec::new`], but a body over the
+    /// limit is skipped and reported as [`Item::TooLarge`]
+    /// ([`FrameDecoder::skipping_oversized`]).
+    pub fn skipping_oversized(limits: Limits) -> Self {
+        StompCodec {
+            decoder: FrameDecoder::skipping_oversized(limits),
+            ..Self::new(limits)
         }
     }
 }

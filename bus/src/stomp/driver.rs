@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use futures::{SinkExt, StreamExt};
-use tokio::sync::{broadcast, mpsc, oneshot};
+use tokio::sync::{broadcast, mpsc, oneshot, watch};
 use tokio::time::Instant;
 
 use super::codec::CodecError;
@@ -24,12 +24,20 @@ use super::session::{
     self, AckBy, Batch, Caller, HeartBeats, Lost, Message, Output, Request, StompSession, SubSpec,
     Verdict,
 };
-use crate::api::{AckHandle, BusEvent, Delivery};
-use crate::backoff::Backoff;
+use crate::api::{AckHandle, BusEvent, Delivery, TooLarge};
+use crate::backoff::{Backoff, Delays};
 use crate::error::BusError;
+use crate::health::BusHealth;
 
 /// How long `close` waits for the broker's DISCONNECT receipt.
 const CLOSE_WAIT: Duration = Duration::from_secs(5);
+
+/// A connection that stayed up this long without a refusal was healthy:
+/// the reconnect backoff starts again from its shortest delay after it (as
+/// after one the session recycled on purpose). A connection lost sooner (or
+/// that saw a refusal) continues the series, so that a failure repeated
+/// right after each CONNECTED still backs off.
+const STABLE_AFTER: Duration = Duration::from_secs(10);
 
 /// Where a bus call waits for its batch.
 pub(crate) type Reply = oneshot::Sender<Result<(), BusError>>;
@@ -127,6 +135,9 @@ pub(crate) struct Driver {
     /// Where each live subscription's deliveries go.
     sinks: HashMap<u64, mpsc::UnboundedSender<Incoming>>,
     close_waiter: Option<oneshot::Sender<()>>,
+    health: watch::Sender<BusHealth>,
+    /// The reconnect delays, kept across connections until one is stable.
+    delays: Delays,
 }
 
 impl Driver {
@@ -135,15 +146,19 @@ impl Driver {
         cmd_rx: mpsc::UnboundedReceiver<Cmd>,
         cmd_weak: mpsc::WeakUnboundedSender<Cmd>,
         events: broadcast::Sender<BusEvent>,
+        health: watch::Sender<BusHealth>,
     ) -> Self {
+        let policy = Backoff::reconnect(&ep.opts);
         Driver {
-            session: StompSession::new(ep.name()),
+            session: StompSession::new(ep.name(), ep.flavor, policy),
+            delays: policy.delays(),
             ep,
             cmd_rx,
             cmd_weak,
             events,
             sinks: HashMap::new(),
             close_waiter: None,
+            health,
         }
     }
 
@@ -151,23 +166,43 @@ impl Driver {
     pub async fn run(mut self, conn: Conn, hb: HeartBeats) {
         let mut current = Some((conn, hb));
         while let Some((mut conn, hb)) = current.take() {
+            let since = Instant::now();
+            let refused_before = self.session.health().refused_total;
             match self.connected(&mut conn, hb).await {
                 Exit::Closed => {
                     self.shutdown(&mut conn).await;
                     return;
                 }
                 Exit::Lost(lost) => {
+                    let healthy = (lost.recycle || since.elapsed() >= STABLE_AFTER)
+                        && self.session.health().refused_total == refused_before;
+                    if healthy {
+                        self.delays = Backoff::reconnect(&self.ep.opts).delays();
+                    }
                     tracing::warn!(endpoint = %self.ep.name(), reason = %lost.reason, "STOMP connection lost; reconnecting");
                     let _ = self.events.send(BusEvent::Disconnected {
                         reason: lost.reason.clone(),
                     });
                     self.session.connection_lost(&lost);
                     self.settle_outputs();
+                    self.publish_health();
                     drop(conn);
                     current = self.reconnect().await;
                 }
             }
         }
+    }
+
+    /// Tells the bus handle what changed in the session's health.
+    fn publish_health(&self) {
+        let now = self.session.health();
+        self.health.send_if_modified(|h| {
+            if *h == now {
+                return false;
+            }
+            *h = now;
+            true
+        });
     }
 
     /// Moves commands, frames and timer ticks into the session until the
@@ -232,6 +267,8 @@ impl Driver {
     /// Carries out the session's outputs in order; the connection is lost
     /// when `step` says so or a write fails.
     async fn flush(&mut self, conn: &mut Conn, step: Result<(), Lost>) -> Result<(), Exit> {
+        // Before any caller is answered, so that it sees what its call did.
+        self.publish_health();
         let mut failed = None;
         while let Some(out) = self.session.poll_output() {
             match out {
@@ -278,6 +315,35 @@ impl Driver {
     /// Makes a [`Delivery`] of a MESSAGE and passes it to its subscription.
     fn hand_out(&mut self, m: Message) {
         let f = m.frame;
+        let flavor = self.ep.flavor;
+        let key = dest::key_of(
+            flavor,
+            f.get("destination").unwrap_or_default(),
+            f.get("original-destination"),
+        );
+        let reply_to = f.get("reply-to").map(|r| dest::parse_reply_to(flavor, r));
+        let correlation_id = f.get("correlation-id").map(str::to_string);
+        let redelivered = f.get("redelivered") == Some("true");
+        if let Some(size) = m.too_large {
+            let d = Delivery::oversized(
+                key,
+                reply_to,
+                correlation_id,
+                redelivered,
+                TooLarge {
+                    size: u64::try_from(size).unwrap_or(u64::MAX),
+                    limit: self.ep.limits.max_body,
+                    headers: f.headers,
+                },
+            );
+            if let Some(s) = self.sinks.get(&m.sub) {
+                let _ = s.send(Incoming {
+                    delivery: d,
+                    auto_ack: None,
+                });
+            }
+            return;
+        }
         let acker: Option<Box<dyn AckHandle>> = match &m.ack {
             AckBy::App(id) => Some(Box::new(StompAck {
                 cmd: self.cmd_weak.clone(),
@@ -289,11 +355,11 @@ impl Driver {
             _ => None,
         };
         let delivery = Delivery::new(
-            dest::key_of(self.ep.flavor, f.get("destination").unwrap_or_default()),
+            key,
             f.body.clone(),
-            f.get("reply-to").map(dest::parse_reply_to),
-            f.get("correlation-id").map(str::to_string),
-            f.get("redelivered") == Some("true"),
+            reply_to,
+            correlation_id,
+            redelivered,
             acker,
         );
         let auto_ack = match m.ack {
@@ -312,20 +378,21 @@ impl Driver {
         }
     }
 
-    /// Reconnects with backoff, serving calls meanwhile. `None`: closed.
+    /// Reconnects with backoff (the series goes on from the last
+    /// connection's unless it was stable), serving calls meanwhile.
+    /// `None`: closed.
     async fn reconnect(&mut self) -> Option<(Conn, HeartBeats)> {
         let ep = self.ep.clone();
-        let mut delays = Backoff::reconnect(&ep.opts).delays();
         loop {
-            let attempt = delays.taken();
-            let delay = delays.next_delay();
+            let attempt = self.delays.taken();
+            let delay = self.delays.next_delay();
             let attempt_fut = async {
                 tokio::time::sleep(delay).await;
-                tokio::time::timeout(ep.opts.connect_timeout, establish(&ep)).await
+                tokio::time::timeout(ep.opts.connect_timeout, establish(&ep, Some(ep.flavor))).await
             };
             tokio::select! {
                 r = attempt_fut => match r {
-                    Ok(Ok(c)) => return Some(c),
+                    Ok(Ok(o)) => return Some((o.conn, o.hb)),
                     Ok(Err(e)) => tracing::warn!(endpoint = %ep.name(), error = %e, attempt, "STOMP reconnect failed"),
                     Err(_) => tracing::warn!(endpoint = %ep.name(), attempt, "STOMP reconnect timed out"),
                 },

@@ -1,6 +1,6 @@
-//! One connection's setup: TCP (and TLS), CONNECT/CONNECTED, the RabbitMQ
-//! exchange probe, and the first connection's retries. The frames and the
-//! classification of the answers are [`super::session`]'s.
+//! One connection's setup: TCP (and TLS), CONNECT/CONNECTED, the broker's
+//! flavor, the RabbitMQ exchange probe, and the first connection's retries.
+//! The frames and the classification of the answers are [`super::session`]'s.
 
 use std::sync::Arc;
 
@@ -33,8 +33,12 @@ pub(crate) struct Endpoint {
     pub port: u16,
     pub login: String,
     pub passcode: String,
-    /// The CONNECT `host` header (RabbitMQ: the virtual host).
+    /// The CONNECT `host` header (RabbitMQ: the virtual host; ActiveMQ
+    /// ignores it).
     pub host_header: String,
+    /// What the URL's `?flavor=` names.
+    pub named: Option<StompFlavor>,
+    /// The flavor spoken: the named one, or what the first CONNECTED said.
     pub flavor: StompFlavor,
     pub tls: Option<(Arc<rustls::ClientConfig>, ServerName<'static>)>,
     pub opts: ConnectOptions,
@@ -65,8 +69,21 @@ pub(crate) fn codec_error(ep: &Endpoint, e: CodecError) -> BusError {
     }
 }
 
-/// Opens TCP (and TLS), sends CONNECT and waits for CONNECTED.
-pub(crate) async fn establish(ep: &Endpoint) -> Result<(Conn, HeartBeats), BusError> {
+/// A connection that answered CONNECT.
+pub(crate) struct Opened {
+    pub conn: Conn,
+    pub hb: HeartBeats,
+    /// The broker's flavor, as its `server` header and the URL agree on.
+    pub flavor: StompFlavor,
+}
+
+/// Opens TCP (and TLS), sends CONNECT and waits for CONNECTED, whose
+/// `server` header must not contradict `expect` (the named flavor, or on
+/// reconnects the one spoken so far).
+pub(crate) async fn establish(
+    ep: &Endpoint,
+    expect: Option<StompFlavor>,
+) -> Result<Opened, BusError> {
     let tcp = TcpStream::connect((ep.host.as_str(), ep.port))
         .await
         .map_err(|e| ep.lost(e))?;
@@ -84,7 +101,7 @@ pub(crate) async fn establish(ep: &Endpoint) -> Result<(Conn, HeartBeats), BusEr
             Box::new(tls)
         }
     };
-    let mut conn = Framed::new(io, StompCodec::new(ep.limits));
+    let mut conn = Framed::new(io, StompCodec::skipping_oversized(ep.limits));
     let connect =
         session::connect_frame(&ep.host_header, &ep.login, &ep.passcode, ep.opts.heartbeat);
     conn.send(Item::Frame(connect))
@@ -92,14 +109,34 @@ pub(crate) async fn establish(ep: &Endpoint) -> Result<(Conn, HeartBeats), BusEr
         .map_err(|e| codec_error(ep, e))?;
     loop {
         match conn.next().await {
-            Some(Ok(Item::HeartBeat)) => continue,
+            Some(Ok(Item::HeartBeat | Item::TooLarge { .. })) => continue,
             Some(Ok(Item::Frame(f))) => {
-                let hb = session::check_connected(&f, &ep.name(), ep.opts.heartbeat)?;
-                return Ok((conn, hb));
+                let hb = session::check_connected(&f, &ep.name(), ep.opts.heartbeat)
+                    .map_err(|e| explain_refusal(ep, e))?;
+                let flavor = session::resolve_flavor(expect, f.get("server"), &ep.name())?;
+                return Ok(Opened { conn, hb, flavor });
             }
             Some(Err(e)) => return Err(codec_error(ep, e)),
             None => return Err(ep.lost("connection closed before CONNECTED")),
         }
+    }
+}
+
+/// A refused CONNECT when the URL names ActiveMQ: its `host` header is the
+/// URL's host, which RabbitMQ would take for a virtual host.
+fn explain_refusal(ep: &Endpoint, e: BusError) -> BusError {
+    match e {
+        BusError::Auth { endpoint, reason } if ep.named == Some(StompFlavor::ActiveMq) => {
+            BusError::Auth {
+                endpoint,
+                reason: format!(
+                    "{reason} (the URL names flavor=activemq, so CONNECT's `host` is {:?}; \
+                     if this broker is RabbitMQ, leave ?flavor= out)",
+                    ep.host_header
+                ),
+            }
+        }
+        other => other,
     }
 }
 
@@ -150,21 +187,28 @@ pub(crate) async fn probe_exchange(ep: &Endpoint, conn: &mut Conn) -> Result<(),
 }
 
 /// The first connection: retried with backoff on retryable network errors
-/// until `connect_timeout`, failing at once on anything else.
-pub(crate) async fn first_connection(ep: &Endpoint) -> Result<(Conn, HeartBeats), BusError> {
+/// until `connect_timeout`, failing at once on anything else. It settles the
+/// flavor (`ep.flavor`).
+pub(crate) async fn first_connection(ep: &mut Endpoint) -> Result<(Conn, HeartBeats), BusError> {
     let deadline = tokio::time::Instant::now() + ep.opts.connect_timeout;
     let mut delays = Backoff::reconnect(&ep.opts).delays();
     loop {
         let r = tokio::time::timeout_at(deadline, async {
-            let (mut conn, hb) = establish(ep).await?;
-            if ep.flavor == StompFlavor::RabbitMq {
-                probe_exchange(ep, &mut conn).await?;
+            let mut o = establish(ep, ep.named).await?;
+            if o.flavor == StompFlavor::RabbitMq {
+                probe_exchange(ep, &mut o.conn).await?;
             }
-            Ok::<_, BusError>((conn, hb))
+            Ok::<_, BusError>(o)
         })
         .await;
         let e = match r {
-            Ok(Ok(c)) => return Ok(c),
+            Ok(Ok(o)) => {
+                if ep.named.is_none() {
+                    tracing::info!(endpoint = %ep.name(), flavor = o.flavor.name(), "STOMP broker flavor detected");
+                }
+                ep.flavor = o.flavor;
+                return Ok((o.conn, o.hb));
+            }
             // A missing exchange is a deployment error: say so now.
             Ok(Err(e @ BusError::Server(_))) => return Err(e),
             Ok(Err(e)) if e.is_retryable() => e,

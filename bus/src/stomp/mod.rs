@@ -14,25 +14,41 @@
 //!   timers: it moves bytes, commands and ticks through the session.
 //!
 //! ## Behaviour
-//! - CONNECT with `accept-version:1.2`, `host` (RabbitMQ: the virtual host),
-//!   `login`/`passcode` and `heart-beat` = [`ConnectOptions::heartbeat`] both
-//!   ways. We send an EOL whenever we wrote nothing for half the negotiated
-//!   interval, and declare the broker dead after
-//!   [`session::PEER_SILENCE_FACTOR`] times its interval without a byte.
+//! - CONNECT with `accept-version:1.2`, `host` (RabbitMQ: the virtual host;
+//!   ActiveMQ ignores it: the URL's host when `?flavor=activemq` names it,
+//!   else the virtual host), `login`/`passcode` and `heart-beat` =
+//!   [`ConnectOptions::heartbeat`] both ways. We send an EOL whenever we
+//!   wrote nothing for half the negotiated interval, and declare the broker
+//!   dead after [`session::PEER_SILENCE_FACTOR`] (3) times its interval
+//!   without a byte.
+//! - The flavor (destination names, quirks) is the URL's `?flavor=`, or
+//!   what the CONNECTED frame's `server` header names; a contradiction is a
+//!   [`BusError::Url`] at connect.
 //! - Every SEND carries a `receipt`; `publish` returns after the RECEIPT.
 //!   Every SUBSCRIBE, and the ACK/NACK of `Delivery::ack`/`nack`, carry one too.
 //! - `consume` subscribes with `ack:client-individual` and `prefetch-count`;
 //!   `subscribe` does too, and acknowledges each delivery once the
 //!   application's subscription took it, so memory stays bounded by the prefetch.
-//! - Dropping a subscription NACKs (requeue) what it never settled, then UNSUBSCRIBEs.
-//! - An ERROR frame becomes [`BusError::Auth`] in answer to CONNECT, else
-//!   [`BusError::Server`] for the calls in flight, and the connection starts over.
+//! - Dropping a subscription UNSUBSCRIBEs; what it never settled comes back
+//!   (ActiveMQ: at once; RabbitMQ: once the connection is recycled).
+//! - `nack(true)` is a NACK on RabbitMQ; ActiveMQ's NACK never requeues, so
+//!   there the subscription is renewed (UNSUBSCRIBE, SUBSCRIBE), which gives
+//!   back every delivery it had not settled.
+//! - A MESSAGE whose body is over [`Limits::max_body`] is skipped by the
+//!   reader as it arrives (never buffered whole), acknowledged, and handed on
+//!   as a [`crate::TooLarge`] delivery; the session goes on.
+//! - An ERROR frame becomes [`BusError::Auth`] in answer to CONNECT. One that
+//!   names a receipt fails that call with [`BusError::Server`] and puts its
+//!   destination in a backoff (see [`session`]: "Refusals"), shown in
+//!   [`Bus::health`]; others end the connection on RabbitMQ (it closes it
+//!   anyway) and are only counted on ActiveMQ (it keeps it).
 //! - A lost connection is re-established forever with [`crate::Backoff`]
-//!   (the AMQP transport's policy too);
-//!   every live subscription is subscribed again (its `Subscription` keeps
-//!   delivering) before [`BusEvent::Connected`]. Calls made meanwhile wait,
-//!   each bounded by [`ConnectOptions::op_timeout`]; a publish whose receipt
-//!   was lost with the connection is sent again (at least once).
+//!   (the AMQP transport's policy too); the series of delays restarts only
+//!   after a connection that stayed up 10 s without a refusal. Every live
+//!   subscription is subscribed again (its `Subscription` keeps delivering)
+//!   before [`BusEvent::Connected`]. Calls made meanwhile wait, each bounded
+//!   by [`ConnectOptions::op_timeout`]; a publish whose receipt was lost with
+//!   the connection is sent again (at least once).
 //! - `close` sends DISCONNECT with a receipt and waits for it.
 
 pub mod codec;
@@ -43,12 +59,13 @@ mod link;
 pub mod parse;
 pub mod session;
 
-use std::sync::Arc;
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use tokio::sync::{broadcast, mpsc, oneshot};
+use tokio::sync::{broadcast, mpsc, oneshot, watch};
 
 use self::driver::{Cmd, Driver, Incoming};
 use self::frame::{Command, Frame};
@@ -60,6 +77,7 @@ use crate::api::{
     Subscription,
 };
 use crate::error::BusError;
+use crate::health::BusHealth;
 use crate::reply::ReplyRouter;
 use crate::url::StompFlavor;
 use crate::{BusUrl, ConnectOptions};
@@ -70,8 +88,12 @@ const TOPIC_PREFETCH: u16 = 256;
 struct Shared {
     cmd: mpsc::UnboundedSender<Cmd>,
     events: broadcast::Sender<BusEvent>,
+    health: watch::Receiver<BusHealth>,
     ep: Arc<Endpoint>,
     next_key: AtomicU64,
+    /// Transient queues without bindings this bus consumes: on ActiveMQ
+    /// temporary queues, named so in `reply-to`.
+    temporary: Mutex<HashSet<String>>,
 }
 
 /// A STOMP 1.2 bus.
@@ -155,6 +177,7 @@ impl StompBus {
             vhost,
             tls,
             flavor,
+            flavor_named,
         } = url
         else {
             return Err(BusError::Invalid(format!("{url} is not a STOMP URL")));
@@ -167,40 +190,71 @@ impl StompBus {
         } else {
             None
         };
-        let host_header = match flavor {
-            StompFlavor::RabbitMq => vhost,
-            StompFlavor::ActiveMq => host.clone(),
+        let named = flavor_named.then_some(flavor);
+        let host_header = match named {
+            Some(StompFlavor::ActiveMq) => host.clone(),
+            _ => vhost,
         };
-        let ep = Arc::new(Endpoint {
+        let mut ep = Endpoint {
             host,
             port,
             login,
             passcode,
             host_header,
+            named,
             flavor,
             tls,
             opts,
             limits,
-        });
-        let (conn, hb) = link::first_connection(&ep).await?;
+        };
+        let (conn, hb) = link::first_connection(&mut ep).await?;
+        let ep = Arc::new(ep);
         let (cmd, cmd_rx) = mpsc::unbounded_channel();
         let (events, _) = broadcast::channel(64);
-        let driver = Driver::new(ep.clone(), cmd_rx, cmd.downgrade(), events.clone());
+        let (health_tx, health) = watch::channel(BusHealth::healthy());
+        let driver = Driver::new(
+            ep.clone(),
+            cmd_rx,
+            cmd.downgrade(),
+            events.clone(),
+            health_tx,
+        );
         tokio::spawn(driver.run(conn, hb));
-        tracing::info!(endpoint = %ep.name(), flavor = ?ep.flavor, "STOMP connected");
+        tracing::info!(endpoint = %ep.name(), flavor = ep.flavor.name(), "STOMP connected");
         Ok(StompBus {
             shared: Arc::new(Shared {
                 cmd,
                 events,
+                health,
                 ep,
                 next_key: AtomicU64::new(1),
+                temporary: Mutex::default(),
             }),
             reply: ReplyRouter::new(),
         })
     }
 
-    fn flavor(&self) -> StompFlavor {
+    /// The broker's flavor (named in the URL or detected at connect).
+    pub fn flavor(&self) -> StompFlavor {
         self.shared.ep.flavor
+    }
+
+    fn is_temporary(&self, queue: &str) -> bool {
+        self.shared
+            .temporary
+            .lock()
+            .is_ok_and(|t| t.contains(queue))
+    }
+
+    /// Remembers a transient queue without bindings (a temporary queue on
+    /// ActiveMQ), so that `reply-to` names it as such.
+    fn note_temporary(&self, spec: &QueueSpec) {
+        if spec.durability == Durability::Transient
+            && spec.bindings.is_empty()
+            && let Ok(mut t) = self.shared.temporary.lock()
+        {
+            t.insert(spec.name.clone());
+        }
     }
 
     fn op_timeout(&self) -> Duration {
@@ -255,7 +309,8 @@ impl StompBus {
             f.push_header("persistent", "true");
         }
         if let Some(r) = &msg.reply_to {
-            f.push_header("reply-to", dest::reply_to_header(self.flavor(), r));
+            let header = dest::reply_to_header(self.flavor(), r, self.is_temporary(r));
+            f.push_header("reply-to", header);
         }
         if let Some(c) = msg.correlation_id {
             f.push_header("correlation-id", c);
@@ -266,7 +321,7 @@ impl StompBus {
     async fn send(&self, destination: String, msg: OutMessage) -> Result<(), BusError> {
         self.check_size(&msg)?;
         if let Some(r) = &msg.reply_to {
-            dest::validate("reply-to queue", r)?;
+            dest::validate_reply_to(self.flavor(), r)?;
         }
         let key = msg.key.clone();
         let frame = self.send_frame(destination, msg);
@@ -363,11 +418,12 @@ impl Bus for StompBus {
             // A brief subscription declares and binds; it is cancelled at once.
             let id = format!("d{}", self.next_key());
             let mut headers = qs.headers;
-            headers.extend(dest::prefetch_headers(self.flavor(), 1));
+            headers.extend(dest::declare_prefetch_headers(self.flavor()));
             frames.push(subscribe_frame(id.clone(), qs.destination, headers));
             frames.push(Frame::new(Command::Unsubscribe).header("id", id));
         }
         let transient = spec.durability == Durability::Transient;
+        self.note_temporary(spec);
         self.run_batch(frames, transient, || {
             format!("declaring queue {:?}", spec.name)
         })
@@ -380,6 +436,7 @@ impl Bus for StompBus {
         opts: ConsumeOptions,
     ) -> Result<Subscription, BusError> {
         let subs = dest::queue_subscribes(self.flavor(), spec)?;
+        self.note_temporary(spec);
         let key = self.next_key();
         let frames = subs
             .into_iter()
@@ -414,6 +471,10 @@ impl Bus for StompBus {
 
     fn events(&self) -> broadcast::Receiver<BusEvent> {
         self.shared.events.subscribe()
+    }
+
+    fn health(&self) -> BusHealth {
+        self.shared.health.borrow().clone()
     }
 
     async fn close(&self) {

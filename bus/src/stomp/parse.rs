@@ -6,7 +6,10 @@
 //! it. It then knows the body's length from `content-length`, refuses a body
 //! over the limit before buffering it, and waits for the whole body and its
 //! NUL. Without `content-length` the body ends at the first NUL. Bytes it
-//! already scanned are not scanned again when more arrive.
+//! already scanned are not scanned again when more arrive. A decoder made
+//! with [`FrameDecoder::skipping_oversized`] (the transport's) skips an
+//! oversized body instead of failing, so that one message cannot end a
+//! session.
 //!
 //! Between frames, a lone LF or CRLF is a heart-beat (RabbitMQ also sends one
 //! LF after every frame); the decoder reports each as [`Item::HeartBeat`] so
@@ -18,7 +21,11 @@
 use bytes::{Buf, Bytes, BytesMut};
 use thiserror::Error;
 
-use super::frame::{Command, Frame, escape_into, unescape};
+use super::frame::{Command, Frame, unescape};
+
+mod encode;
+
+pub use self::encode::{EncodeError, EncodeOptions, Eol, encode};
 
 /// Size limits of the decoder and encoder.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,6 +61,16 @@ pub enum Item {
     Frame(Frame),
     /// An end of line between frames.
     HeartBeat,
+    /// A frame whose body was over [`Limits::max_body`] and was skipped
+    /// (only from [`FrameDecoder::skipping_oversized`]): its command and
+    /// headers, an empty body, and the body's size in bytes. It cannot be
+    /// encoded.
+    TooLarge {
+        /// The frame without its body.
+        frame: Frame,
+        /// How many body bytes were skipped.
+        size: usize,
+    },
 }
 
 /// Why bytes could not be decoded. Every variant is fatal for the connection.
@@ -108,47 +125,6 @@ pub enum FrameError {
     BareCr,
 }
 
-/// Why a frame could not be encoded.
-#[derive(Debug, Clone, PartialEq, Eq, Error)]
-pub enum EncodeError {
-    /// A header of an unescaped frame (CONNECT, STOMP, CONNECTED) contains a
-    /// byte it cannot carry.
-    #[error("header {name:?} of a {command} frame cannot contain {what}")]
-    NotRepresentable {
-        /// The command.
-        command: Command,
-        /// The header name.
-        name: String,
-        /// What it contains.
-        what: &'static str,
-    },
-    /// A body without `content-length` cannot contain NUL.
-    #[error("a body without content-length cannot contain NUL")]
-    NulInBody,
-    /// More header lines (`content-length` included) than [`Limits::max_headers`].
-    #[error("more than {limit} header lines")]
-    TooManyHeaders {
-        /// The limit.
-        limit: usize,
-    },
-    /// An encoded header line longer than [`Limits::max_header_line`].
-    #[error("header {name:?} makes a line longer than {limit} bytes")]
-    HeaderLineTooLong {
-        /// The header name.
-        name: String,
-        /// The limit.
-        limit: usize,
-    },
-    /// The frame exceeds a limit.
-    #[error("frame of {size} bytes exceeds the limit of {limit}")]
-    TooLarge {
-        /// Size of the body or frame.
-        size: usize,
-        /// The limit.
-        limit: usize,
-    },
-}
-
 /// A byte string for error messages: lossy UTF-8, at most 64 characters.
 fn shown(bytes: &[u8]) -> String {
     let s = String::from_utf8_lossy(bytes);
@@ -166,6 +142,22 @@ struct Head {
     command: Command,
     headers: Vec<(String, String)>,
     content_length: Option<usize>,
+    /// The announced body is over [`Limits::max_body`] and is to be skipped.
+    oversized: bool,
+}
+
+impl Head {
+    /// What is reported for a skipped frame: its headers, no body.
+    fn into_too_large(self, size: usize) -> Item {
+        Item::TooLarge {
+            frame: Frame {
+                command: self.command,
+                headers: self.headers,
+                body: Bytes::new(),
+            },
+            size,
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -185,6 +177,16 @@ enum State {
         /// Bytes of the body already scanned for NUL (no content-length).
         scanned: usize,
     },
+    /// An oversized body is being discarded as it arrives (its header
+    /// section is already consumed).
+    Skip {
+        head: Head,
+        /// Body bytes still to discard; `None` without `content-length`
+        /// (the body ends at the first NUL).
+        remaining: Option<usize>,
+        /// Body bytes discarded so far.
+        size: usize,
+    },
     /// A previous error; the stream is unusable.
     Failed(FrameError),
 }
@@ -199,6 +201,8 @@ const START: State = State::Head {
 #[derive(Debug)]
 pub struct FrameDecoder {
     limits: Limits,
+    /// Skip over-limit bodies instead of failing (see [`FrameDecoder::skipping_oversized`]).
+    skip_oversized: bool,
     state: State,
 }
 
@@ -208,12 +212,37 @@ impl Default for FrameDecoder {
     }
 }
 
+/// What one step of the decoder did.
+enum Step {
+    /// An item is ready.
+    Item(Item),
+    /// More bytes are needed.
+    More,
+    /// The state changed; step again.
+    Again,
+}
+
 impl FrameDecoder {
-    /// A decoder with these limits.
+    /// A decoder with these limits; a body over [`Limits::max_body`] is a
+    /// [`FrameError::BodyTooLarge`], fatal for the stream.
     pub fn new(limits: Limits) -> Self {
         FrameDecoder {
             limits,
+            skip_oversized: false,
             state: START,
+        }
+    }
+
+    /// A decoder that survives bodies over [`Limits::max_body`]: it reads
+    /// the header section, then discards the body bytes as they arrive
+    /// (never holding more than one read of them) and yields
+    /// [`Item::TooLarge`] with the headers and the body's size. With
+    /// `content-length` this is decided before any body byte is buffered;
+    /// without it, once the body has passed the limit. Header limits stay fatal.
+    pub fn skipping_oversized(limits: Limits) -> Self {
+        FrameDecoder {
+            skip_oversized: true,
+            ..Self::new(limits)
         }
     }
 
@@ -223,159 +252,256 @@ impl FrameDecoder {
     }
 
     /// Decodes the next item from the front of `buf`, removing its bytes.
-    /// `Ok(None)`: more bytes are needed (nothing is removed).
+    /// `Ok(None)`: more bytes are needed (nothing is removed, except the
+    /// body bytes of a frame being skipped).
     pub fn decode(&mut self, buf: &mut BytesMut) -> Result<Option<Item>, FrameError> {
-        match self.step(buf) {
-            Ok(r) => Ok(r),
-            Err(e) => {
-                self.state = State::Failed(e.clone());
-                Err(e)
+        loop {
+            let r = match &mut self.state {
+                State::Failed(e) => Err(e.clone()),
+                State::Head { .. } => self.step_head(buf),
+                State::Body { .. } => self.step_body(buf),
+                State::Skip { .. } => self.step_skip(buf),
+            };
+            match r {
+                Ok(Step::Item(item)) => return Ok(Some(item)),
+                Ok(Step::More) => return Ok(None),
+                Ok(Step::Again) => {}
+                Err(e) => {
+                    self.state = State::Failed(e.clone());
+                    return Err(e);
+                }
             }
         }
     }
 
-    fn step(&mut self, buf: &mut BytesMut) -> Result<Option<Item>, FrameError> {
+    /// Between frames and in the header section.
+    fn step_head(&mut self, buf: &mut BytesMut) -> Result<Step, FrameError> {
         let limits = self.limits;
-        loop {
-            match &mut self.state {
-                State::Failed(e) => return Err(e.clone()),
-                State::Head {
-                    scanned,
-                    line_start,
-                    lines,
-                } => {
-                    if *scanned == 0 {
-                        // Between frames: heart-beats.
-                        match buf.first() {
-                            None => return Ok(None),
-                            Some(b'\n') => {
-                                buf.advance(1);
-                                return Ok(Some(Item::HeartBeat));
-                            }
-                            Some(b'\r') => match buf.get(1) {
-                                None => return Ok(None),
-                                Some(b'\n') => {
-                                    buf.advance(2);
-                                    return Ok(Some(Item::HeartBeat));
-                                }
-                                Some(_) => return Err(FrameError::BareCr),
-                            },
-                            Some(_) => {}
-                        }
-                    }
-                    let mut head_len = None;
-                    let mut i = *scanned;
-                    while let Some(off) = buf[i..].iter().position(|&b| b == b'\n') {
-                        let end = i + off;
-                        let mut content_end = end;
-                        if content_end > *line_start && buf[content_end - 1] == b'\r' {
-                            content_end -= 1;
-                        }
-                        let len = content_end - *line_start;
-                        if len > limits.max_header_line {
-                            return Err(FrameError::HeaderLineTooLong {
-                                limit: limits.max_header_line,
-                            });
-                        }
-                        i = end + 1;
-                        if i > limits.max_frame {
-                            return Err(FrameError::FrameTooLarge {
-                                limit: limits.max_frame,
-                            });
-                        }
-                        if len == 0 {
-                            head_len = Some(i);
-                            break;
-                        }
-                        *lines += 1;
-                        if *lines > limits.max_headers + 1 {
-                            return Err(FrameError::TooManyHeaders {
-                                limit: limits.max_headers,
-                            });
-                        }
-                        *line_start = i;
-                    }
-                    let Some(head_len) = head_len else {
-                        // Incomplete: check what is buffered against the limits now,
-                        // so that a peer cannot make us buffer without bound.
-                        if buf.len() - *line_start > limits.max_header_line + 1 {
-                            return Err(FrameError::HeaderLineTooLong {
-                                limit: limits.max_header_line,
-                            });
-                        }
-                        if buf.len() > limits.max_frame {
-                            return Err(FrameError::FrameTooLarge {
-                                limit: limits.max_frame,
-                            });
-                        }
-                        *scanned = buf.len();
-                        return Ok(None);
-                    };
-                    let head = parse_head(&buf[..head_len], head_len, &limits)?;
-                    self.state = State::Body { head, scanned: 0 };
-                }
-                State::Body { head, scanned } => {
-                    let start = head.head_len;
-                    let body_len = match head.content_length {
-                        Some(n) => {
-                            let total = start + n + 1;
-                            if buf.len() < total {
-                                buf.reserve(total - buf.len());
-                                return Ok(None);
-                            }
-                            if buf[start + n] != 0 {
-                                return Err(FrameError::MissingNul(n));
-                            }
-                            n
-                        }
-                        None => match buf[start + *scanned..].iter().position(|&b| b == 0) {
-                            Some(off) => {
-                                let n = *scanned + off;
-                                if n > limits.max_body {
-                                    return Err(FrameError::BodyTooLarge {
-                                        size: n,
-                                        limit: limits.max_body,
-                                    });
-                                }
-                                n
-                            }
-                            None => {
-                                let have = buf.len() - start;
-                                if have > limits.max_body {
-                                    return Err(FrameError::BodyTooLarge {
-                                        size: have,
-                                        limit: limits.max_body,
-                                    });
-                                }
-                                if buf.len() > limits.max_frame {
-                                    return Err(FrameError::FrameTooLarge {
-                                        limit: limits.max_frame,
-                                    });
-                                }
-                                *scanned = have;
-                                return Ok(None);
-                            }
-                        },
-                    };
-                    let mut raw = buf.split_to(start + body_len + 1).freeze();
-                    raw.truncate(start + body_len);
-                    let body: Bytes = raw.slice(start..);
-                    let State::Body { head, .. } = std::mem::replace(&mut self.state, START) else {
-                        unreachable!("state checked above")
-                    };
-                    return Ok(Some(Item::Frame(Frame {
-                        command: head.command,
-                        headers: head.headers,
-                        body,
-                    })));
-                }
-            }
+        let State::Head {
+            scanned,
+            line_start,
+            lines,
+        } = &mut self.state
+        else {
+            unreachable!("called in the Head state")
+        };
+        if *scanned == 0
+            && let Some(step) = between_frames(buf)?
+        {
+            return Ok(step);
         }
+        let mut head_len = None;
+        let mut i = *scanned;
+        while let Some(off) = buf[i..].iter().position(|&b| b == b'\n') {
+            let end = i + off;
+            let mut content_end = end;
+            if content_end > *line_start && buf[content_end - 1] == b'\r' {
+                content_end -= 1;
+            }
+            let len = content_end - *line_start;
+            if len > limits.max_header_line {
+                return Err(FrameError::HeaderLineTooLong {
+                    limit: limits.max_header_line,
+                });
+            }
+            i = end + 1;
+            if i > limits.max_frame {
+                return Err(FrameError::FrameTooLarge {
+                    limit: limits.max_frame,
+                });
+            }
+            if len == 0 {
+                head_len = Some(i);
+                break;
+            }
+            *lines += 1;
+            if *lines > limits.max_headers + 1 {
+                return Err(FrameError::TooManyHeaders {
+                    limit: limits.max_headers,
+                });
+            }
+            *line_start = i;
+        }
+        let Some(head_len) = head_len else {
+            // Incomplete: check what is buffered against the limits now,
+            // so that a peer cannot make us buffer without bound.
+            if buf.len() - *line_start > limits.max_header_line + 1 {
+                return Err(FrameError::HeaderLineTooLong {
+                    limit: limits.max_header_line,
+                });
+            }
+            if buf.len() > limits.max_frame {
+                return Err(FrameError::FrameTooLarge {
+                    limit: limits.max_frame,
+                });
+            }
+            *scanned = buf.len();
+            return Ok(Step::More);
+        };
+        let head = parse_head(&buf[..head_len], head_len, &limits, self.skip_oversized)?;
+        self.state = if head.oversized {
+            buf.advance(head_len);
+            let remaining = head.content_length;
+            State::Skip {
+                head,
+                remaining,
+                size: 0,
+            }
+        } else {
+            State::Body { head, scanned: 0 }
+        };
+        Ok(Step::Again)
+    }
+
+    /// The header section is parsed; the body is awaited whole.
+    fn step_body(&mut self, buf: &mut BytesMut) -> Result<Step, FrameError> {
+        let limits = self.limits;
+        let State::Body { head, scanned } = &mut self.state else {
+            unreachable!("called in the Body state")
+        };
+        let start = head.head_len;
+        let body_len = match head.content_length {
+            Some(n) => {
+                let total = start + n + 1;
+                if buf.len() < total {
+                    buf.reserve(total - buf.len());
+                    return Ok(Step::More);
+                }
+                if buf[start + n] != 0 {
+                    return Err(FrameError::MissingNul(n));
+                }
+                n
+            }
+            None => match buf[start + *scanned..].iter().position(|&b| b == 0) {
+                Some(off) if *scanned + off <= limits.max_body => *scanned + off,
+                found => {
+                    let have = match found {
+                        Some(off) => *scanned + off,
+                        None => buf.len() - start,
+                    };
+                    if have > limits.max_body {
+                        if !self.skip_oversized {
+                            return Err(FrameError::BodyTooLarge {
+                                size: have,
+                                limit: limits.max_body,
+                            });
+                        }
+                        // Discard what came so far and the rest as it comes.
+                        let State::Body { head, .. } = std::mem::replace(&mut self.state, START)
+                        else {
+                            unreachable!("state checked above")
+                        };
+                        buf.advance(start);
+                        self.state = State::Skip {
+                            head,
+                            remaining: None,
+                            size: 0,
+                        };
+                        return Ok(Step::Again);
+                    }
+                    if buf.len() > limits.max_frame {
+                        return Err(FrameError::FrameTooLarge {
+                            limit: limits.max_frame,
+                        });
+                    }
+                    *scanned = have;
+                    return Ok(Step::More);
+                }
+            },
+        };
+        let mut raw = buf.split_to(start + body_len + 1).freeze();
+        raw.truncate(start + body_len);
+        let body: Bytes = raw.slice(start..);
+        let State::Body { head, .. } = std::mem::replace(&mut self.state, START) else {
+            unreachable!("state checked above")
+        };
+        Ok(Step::Item(Item::Frame(Frame {
+            command: head.command,
+            headers: head.headers,
+            body,
+        })))
+    }
+
+    /// Discards an oversized body, then its NUL.
+    fn step_skip(&mut self, buf: &mut BytesMut) -> Result<Step, FrameError> {
+        let State::Skip {
+            remaining, size, ..
+        } = &mut self.state
+        else {
+            unreachable!("called in the Skip state")
+        };
+        match remaining {
+            Some(left) if *left > 0 => {
+                let n = (*left).min(buf.len());
+                buf.advance(n);
+                *left -= n;
+                *size += n;
+                if *left > 0 {
+                    return Ok(Step::More);
+                }
+                Ok(Step::Again)
+            }
+            Some(_) => match buf.first() {
+                None => Ok(Step::More),
+                Some(0) => {
+                    buf.advance(1);
+                    Ok(Step::Item(self.finish_skip()))
+                }
+                Some(_) => Err(FrameError::MissingNul(*size)),
+            },
+            None => match buf.iter().position(|&b| b == 0) {
+                Some(off) => {
+                    *size += off;
+                    buf.advance(off + 1);
+                    Ok(Step::Item(self.finish_skip()))
+                }
+                None => {
+                    *size += buf.len();
+                    buf.clear();
+                    Ok(Step::More)
+                }
+            },
+        }
+    }
+
+    fn finish_skip(&mut self) -> Item {
+        let State::Skip { head, size, .. } = std::mem::replace(&mut self.state, START) else {
+            unreachable!("called in the Skip state")
+        };
+        head.into_too_large(size)
+    }
+}
+
+/// Between frames: a heart-beat (LF or CRLF), more bytes needed, or `None`
+/// when a frame starts.
+fn between_frames(buf: &mut BytesMut) -> Result<Option<Step>, FrameError> {
+    match buf.first() {
+        None => Ok(Some(Step::More)),
+        Some(b'\n') => {
+            buf.advance(1);
+            Ok(Some(Step::Item(Item::HeartBeat)))
+        }
+        Some(b'\r') => match buf.get(1) {
+            None => Ok(Some(Step::More)),
+            Some(b'\n') => {
+                buf.advance(2);
+                Ok(Some(Step::Item(Item::HeartBeat)))
+            }
+            Some(_) => Err(FrameError::BareCr),
+        },
+        Some(_) => Ok(None),
     }
 }
 
 /// Parses a complete header section (`raw` ends with the blank line).
-fn parse_head(raw: &[u8], head_len: usize, limits: &Limits) -> Result<Head, FrameError> {
+/// With `skip`, a `content-length` over the body limit marks the frame
+/// oversized instead of failing.
+fn parse_head(
+    raw: &[u8],
+    head_len: usize,
+    limits: &Limits,
+    skip: bool,
+) -> Result<Head, FrameError> {
     let mut lines = raw.split(|&b| b == b'\n').map(|l| match l.last() {
         Some(b'\r') => &l[..l.len() - 1],
         _ => l,
@@ -386,6 +512,7 @@ fn parse_head(raw: &[u8], head_len: usize, limits: &Limits) -> Result<Head, Fram
     let escaped = command.escapes_headers();
     let mut headers = Vec::new();
     let mut content_length = None;
+    let mut oversized = false;
     let mut seen_length = false;
     for line in lines.filter(|l| !l.is_empty()) {
         let colon = line
@@ -409,12 +536,14 @@ fn parse_head(raw: &[u8], head_len: usize, limits: &Limits) -> Result<Head, Fram
                 let n = parse_length(&value)
                     .ok_or_else(|| FrameError::InvalidContentLength(shown(value.as_bytes())))?;
                 if n > limits.max_body {
-                    return Err(FrameError::BodyTooLarge {
-                        size: n,
-                        limit: limits.max_body,
-                    });
-                }
-                if head_len.saturating_add(n).saturating_add(1) > limits.max_frame {
+                    if !skip {
+                        return Err(FrameError::BodyTooLarge {
+                            size: n,
+                            limit: limits.max_body,
+                        });
+                    }
+                    oversized = true;
+                } else if head_len.saturating_add(n).saturating_add(1) > limits.max_frame {
                     return Err(FrameError::FrameTooLarge {
                         limit: limits.max_frame,
                     });
@@ -430,6 +559,7 @@ fn parse_head(raw: &[u8], head_len: usize, limits: &Limits) -> Result<Head, Fram
         command,
         headers,
         content_length,
+        oversized,
     })
 }
 
@@ -438,132 +568,6 @@ fn parse_length(s: &str) -> Option<usize> {
         return None;
     }
     s.parse().ok()
-}
-
-/// End of line the encoder writes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Eol {
-    /// LF (what we send).
-    #[default]
-    Lf,
-    /// CRLF (allowed by STOMP 1.2; used by tests).
-    CrLf,
-}
-
-/// How the encoder writes frames.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct EncodeOptions {
-    /// End of line.
-    pub eol: Eol,
-    /// Write `content-length` for non-empty bodies (default). Without it the
-    /// body may not contain NUL.
-    pub content_length: bool,
-}
-
-impl Default for EncodeOptions {
-    fn default() -> Self {
-        EncodeOptions {
-            eol: Eol::Lf,
-            content_length: true,
-        }
-    }
-}
-
-/// Appends `item` to `dst`. `content-length` headers of the frame are
-/// ignored: the encoder writes its own from the body.
-pub fn encode(
-    item: &Item,
-    dst: &mut BytesMut,
-    opts: EncodeOptions,
-    limits: &Limits,
-) -> Result<(), EncodeError> {
-    let eol: &[u8] = match opts.eol {
-        Eol::Lf => b"\n",
-        Eol::CrLf => b"\r\n",
-    };
-    let frame = match item {
-        Item::HeartBeat => {
-            dst.extend_from_slice(eol);
-            return Ok(());
-        }
-        Item::Frame(f) => f,
-    };
-    if frame.body.len() > limits.max_body {
-        return Err(EncodeError::TooLarge {
-            size: frame.body.len(),
-            limit: limits.max_body,
-        });
-    }
-    let escaped = frame.command.escapes_headers();
-    let mut out = Vec::with_capacity(64 + frame.headers.len() * 32);
-    out.extend_from_slice(frame.command.as_str().as_bytes());
-    out.extend_from_slice(eol);
-    let mut lines = 0usize;
-    for (name, value) in &frame.headers {
-        if name == "content-length" {
-            continue;
-        }
-        lines += 1;
-        let line_start = out.len();
-        if escaped {
-            escape_into(name.as_bytes(), &mut out);
-            out.push(b':');
-            escape_into(value.as_bytes(), &mut out);
-        } else {
-            let bad = |what| EncodeError::NotRepresentable {
-                command: frame.command,
-                name: name.clone(),
-                what,
-            };
-            if name.contains(':') {
-                return Err(bad("a colon in its name"));
-            }
-            if name.contains(['\r', '\n']) || value.contains(['\r', '\n']) {
-                return Err(bad("CR or LF"));
-            }
-            out.extend_from_slice(name.as_bytes());
-            out.push(b':');
-            out.extend_from_slice(value.as_bytes());
-        }
-        // What the decoder will enforce, so that whatever we write can be read back.
-        if out.len() - line_start > limits.max_header_line {
-            return Err(EncodeError::HeaderLineTooLong {
-                name: name.clone(),
-                limit: limits.max_header_line,
-            });
-        }
-        out.extend_from_slice(eol);
-    }
-    if opts.content_length && !frame.body.is_empty() {
-        lines += 1;
-    }
-    if lines > limits.max_headers {
-        return Err(EncodeError::TooManyHeaders {
-            limit: limits.max_headers,
-        });
-    }
-    if opts.content_length {
-        if !frame.body.is_empty() {
-            out.extend_from_slice(b"content-length:");
-            out.extend_from_slice(frame.body.len().to_string().as_bytes());
-            out.extend_from_slice(eol);
-        }
-    } else if frame.body.contains(&0) {
-        return Err(EncodeError::NulInBody);
-    }
-    out.extend_from_slice(eol);
-    let size = out.len() + frame.body.len() + 1;
-    if size > limits.max_frame {
-        return Err(EncodeError::TooLarge {
-            size,
-            limit: limits.max_frame,
-        });
-    }
-    dst.reserve(size);
-    dst.extend_from_slice(&out);
-    dst.extend_from_slice(&frame.body);
-    dst.extend_from_slice(&[0]);
-    Ok(())
 }
 
 #[cfg(test)]

@@ -217,6 +217,7 @@ proptest! {
                 match d.decode(&mut buf) {
                     Ok(Some(Item::Frame(f))) => frames.push(f),
                     Ok(Some(Item::HeartBeat)) => {}
+                    Ok(Some(Item::TooLarge { .. })) => prop_assert!(false, "only a skipping decoder skips"),
                     Ok(None) => break,
                     Err(_) => break 'outer,
                 }
@@ -244,5 +245,41 @@ fn rabbitmq_style_stream_with_interleaved_heart_beats() {
         let beats = got.iter().filter(|i| **i == Item::HeartBeat).count();
         assert_eq!(beats, 4, "split {split}");
         assert_eq!(got.len(), 6, "split {split}");
+    }
+}
+
+proptest! {
+    #[test]
+    fn a_skipping_decoder_gets_the_frame_after_an_oversized_one(
+        extra in 1usize..400,
+        content_length in any::<bool>(),
+        sizes in prop::collection::vec(1usize..64, 1..8),
+    ) {
+        let limits = Limits { max_body: 100, ..Limits::default() };
+        let big = Frame::new(Command::Message).header("ack", "a1").body(vec![b'x'; 100 + extra]);
+        let small = Frame::new(Command::Message).header("ack", "a2").body(&b"ok"[..]);
+        let opts = EncodeOptions { content_length, ..EncodeOptions::default() };
+        let (_, mut bytes) = wire(big, opts);
+        bytes.extend(wire(small.clone(), EncodeOptions::default()).1);
+        let mut d = FrameDecoder::skipping_oversized(limits);
+        let mut buf = BytesMut::new();
+        let mut items = vec![];
+        for c in chunked(&bytes, &sizes) {
+            buf.extend_from_slice(&c);
+            while let Some(item) = d.decode(&mut buf).expect("no error") {
+                items.push(item);
+            }
+            // Never more than a chunk and a header section held.
+            prop_assert!(buf.len() <= 64 + 200, "held {}", buf.len());
+        }
+        prop_assert_eq!(items.len(), 2);
+        match &items[0] {
+            Item::TooLarge { frame, size } => {
+                prop_assert_eq!(*size, 100 + extra);
+                prop_assert_eq!(frame.get("ack"), Some("a1"));
+            }
+            other => prop_assert!(false, "expected TooLarge, got {:?}", other),
+        }
+        prop_assert_eq!(&items[1], &Item::Frame(small));
     }
 }

@@ -1,5 +1,7 @@
 //! Session behaviour against the in-process broker: ERROR frames, close,
-//! publishes that outlive their connection, and the ActiveMQ destinations.
+//! publishes that outlive their connection, the reconnect backoff when a
+//! restored subscription is refused every time, and the ActiveMQ destinations
+//! (named by `?flavor=`: the in-process broker sends no `server` header).
 
 use crate::stomp_support;
 
@@ -145,7 +147,16 @@ async fn activemq_flavor_uses_topics_and_node_queues() {
     assert_eq!(subs[0].get("activemq.prefetchSize"), Some("7"));
     assert_eq!(
         subs[1].get("destination"),
-        Some("/topic/gearshift.report.>")
+        Some("/topic/VirtualTopic.gearshift.report.>")
+    );
+    // One SEND reaches the node's queue and the topic watchers see.
+    let sends = frames(&broker, Command::Send);
+    assert_eq!(
+        sends[0].get("destination"),
+        Some(
+            "/queue/gearshift.node.n1%2Eexample%2Ecom,\
+             /topic/VirtualTopic.gearshift.cmd.n1%2Eexample%2Ecom"
+        )
     );
     let connect = frames(&broker, Command::Connect);
     assert_eq!(connect[0].get("host"), Some("127.0.0.1"));
@@ -156,5 +167,39 @@ async fn activemq_flavor_uses_topics_and_node_queues() {
             .await
             .is_err()
     );
+    bus.close().await;
+}
+
+/// RabbitMQ answers a forbidden SUBSCRIBE with an ERROR and a close. A
+/// subscription it refuses after a reconnect must not make the bus reconnect
+/// at its shortest delay forever: the delays keep growing, since no
+/// connection lasts.
+#[tokio::test(start_paused = true)]
+async fn a_subscription_refused_after_every_connect_backs_off() {
+    let broker = FakeBroker::start("0,0", None).await;
+    let opts = ConnectOptions {
+        reconnect_min: Duration::from_millis(10),
+        reconnect_max: Duration::from_secs(1),
+        ..options()
+    };
+    let bus = gearshift_bus::connect(&broker.url("stomp"), opts)
+        .await
+        .unwrap();
+    let _sub = bus.subscribe("a.b").await.unwrap();
+    broker
+        .state
+        .refuse_subscribes
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    // The connection goes (a SEND the broker refuses); every new one is
+    // refused as soon as the subscription is restored.
+    let _ = bus.publish(OutMessage::new("x.fail", "boom")).await;
+    let start = broker.connections();
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let made = broker.connections() - start;
+    // 10, 20, 40, … 640 ms, then 1 s: about 16 in 10 s (at 10 ms each: 1000).
+    assert!((5..=25).contains(&made), "{made} connections in 10 s");
+    let h = bus.health();
+    assert!(h.refused_total >= 5, "{h:?}");
+    assert!(!h.connected || h.refused_total > 0);
     bus.close().await;
 }

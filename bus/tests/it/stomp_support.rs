@@ -2,12 +2,13 @@
 //! made to do on demand (fall silent, speak TLS with a test CA). It speaks
 //! through our own codec, answers CONNECT with a configurable `heart-beat`,
 //! sends heart-beats as promised, answers every `receipt`, and routes a SEND
-//! to the subscriptions whose destination is exactly the SEND's.
+//! to the subscriptions whose destination is exactly the SEND's (or one of
+//! its comma-separated destinations, as ActiveMQ's composite SEND).
 
 #![allow(dead_code)]
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -32,6 +33,9 @@ pub struct State {
     pub heartbeats_in: AtomicUsize,
     /// The connection (1-based) that stops writing anything; 0: none.
     pub silent: AtomicUsize,
+    /// Answer every SUBSCRIBE as RabbitMQ answers a forbidden one: an ERROR
+    /// without `receipt-id`, then a close.
+    pub refuse_subscribes: AtomicBool,
     /// Every frame received, with its connection number.
     pub frames: Mutex<Vec<(usize, Frame)>>,
     subs: Mutex<Vec<SubEntry>>,
@@ -113,6 +117,7 @@ async fn serve<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
                         st.heartbeats_in.fetch_add(1, Ordering::SeqCst);
                         continue;
                     }
+                    Some(Ok(Item::TooLarge { .. })) => continue,
                     Some(Ok(Item::Frame(f))) => f,
                 };
                 st.frames.lock().unwrap().push((n, f.clone()));
@@ -123,6 +128,13 @@ async fn serve<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
                             .header("version", "1.2")
                             .header("heart-beat", hb.clone()),
                     ),
+                    Command::Subscribe if st.refuse_subscribes.load(Ordering::SeqCst) => {
+                        let error = Frame::new(Command::Error)
+                            .header("message", "access_refused")
+                            .body(&b"ACCESS_REFUSED - read access denied"[..]);
+                        let _ = conn.send(Item::Frame(error)).await;
+                        break;
+                    }
                     Command::Subscribe => st.subs.lock().unwrap().push((
                         n,
                         f.get("id").unwrap_or_default().to_string(),
@@ -145,9 +157,10 @@ async fn serve<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
                         break;
                     }
                     Command::Send => {
-                        let dest = f.get("destination").unwrap_or_default();
+                        let dests: Vec<&str> =
+                            f.get("destination").unwrap_or_default().split(',').collect();
                         for (_, id, d, tx) in st.subs.lock().unwrap().iter() {
-                            if d == dest {
+                            if dests.contains(&d.as_str()) {
                                 let m = st.next_message.fetch_add(1, Ordering::SeqCst);
                                 let mut msg = Frame::new(Command::Message)
                                     .header("subscription", id.clone())

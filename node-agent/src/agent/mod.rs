@@ -1,44 +1,50 @@
 //! The node agent: one [`Agent`] per node, built from an [`AgentConfig`], a
 //! [`SharedBus`] and a [`SharedRuntime`], run until a token is cancelled.
 //!
-//! Tasks of a running agent (all stop with the token):
-//! - the **command consumer** on the node's durable queue (manual ack);
-//! - the **ping responder** on the broadcast key `ping`;
-//! - the **reporter**: scans the runtime, reports periodically and at once
-//!   on every change;
-//! - the **evacuation** in progress, if any (resumed from its checkpoint at start);
-//! - the **outbox publisher**, which keeps events while the bus is away;
+//! Tasks of a running agent (all stop with the token; all spawned on the
+//! agent's [`TaskTracker`]):
+//! - the **core task** (`driver`): owns the node's [`NodeCore`], carries
+//!   out its actions (journal, state file, checkpoints, moves, events, acks);
+//! - the **command consumer** and the **ping responder** (`intake`): take
+//!   deliveries, run the [`gearshift_proto::Gate`] and hand them to the core task;
+//! - the **reporter** (`report`): scans the runtime, reports periodically
+//!   and at once on every change;
+//! - the **moves** of an evacuation, one task per gear in flight;
+//! - the **outbox publisher** ([`outbox`]), which keeps events while the bus is away;
 //! - a **bus watcher** that counts reconnections.
 
-mod commands;
+mod driver;
+mod intake;
 pub mod outbox;
 mod report;
+mod shared;
+#[cfg(test)]
+mod tests;
 
-use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
-use gearshift_bus::{BusEvent, OutMessage, SharedBus};
-use gearshift_proto::msg::{Message, OperationStatus};
-use gearshift_proto::{Envelope, KeyPair, Keyring, ReplayGuard, routing};
+use chrono::Utc;
+use gearshift_bus::SharedBus;
+use gearshift_proto::msg::OperationStatus;
+use gearshift_proto::{KeyPair, Keyring};
 use thiserror::Error;
-use tokio::sync::Notify;
+use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use uuid::Uuid;
 
 use crate::config::{EvacuationSection, RemoveAction, ReportSection};
-use crate::evacuate::Abort;
+use crate::core::NodeCore;
 use crate::heat::Signaller;
 use crate::metrics::Metrics;
-use crate::runtime::{Inventory, SharedRuntime};
-use crate::state::journal::Journal;
-use crate::state::seq::SeqAllocator;
-use crate::state::{NodeState, StateDir, StateError};
+use crate::runtime::SharedRuntime;
+use crate::state::journal::JournalFiles;
+use crate::state::{StateDir, StateError};
 use outbox::Outbox;
+use shared::{Limits, Settings, Shared, StateFile, View};
 
 /// Everything an agent needs, resolved (keys loaded, name known).
 #[derive(Clone)]
@@ -87,6 +93,9 @@ pub struct AgentConfig {
     pub signaller: Option<Arc<dyn Signaller>>,
     /// The agent's metrics.
     pub metrics: Metrics,
+    /// Tracks every task the agent spawns, so that a process can wait for
+    /// all of them at exit (default: a tracker of its own).
+    pub tracker: TaskTracker,
 }
 
 impl std::fmt::Debug for AgentConfig {
@@ -135,6 +144,7 @@ impl AgentConfig {
             remove_action: RemoveAction::None,
             signaller: None,
             metrics: Metrics::default(),
+            tracker: TaskTracker::new(),
         }
     }
 }
@@ -159,100 +169,18 @@ pub enum RunExit {
     Removed,
 }
 
-/// The settings [`Agent::reload`] can change while running.
-#[derive(Clone)]
-struct Settings {
-    keyring: Keyring,
-    time_window: Duration,
-    report: ReportSection,
-    evacuation: EvacuationSection,
-    remove_action: RemoveAction,
-    signaller: Option<Arc<dyn Signaller>>,
-    do_not_disrupt: bool,
-    booted_for: Option<String>,
-    region: Option<String>,
-    zone: Option<String>,
-}
-
-impl Settings {
-    fn from(c: &AgentConfig) -> Self {
-        Settings {
-            keyring: c.keyring.clone(),
-            time_window: c.time_window,
-            report: c.report.clone(),
-            evacuation: c.evacuation.clone(),
-            remove_action: c.remove_action,
-            signaller: c.signaller.clone(),
-            do_not_disrupt: c.do_not_disrupt,
-            booted_for: c.booted_for.clone(),
-            region: c.region.clone(),
-            zone: c.zone.clone(),
-        }
-    }
-}
-
-struct RunningEvac {
-    abort: Arc<Abort>,
-}
-
-/// State shared by the agent's tasks.
-pub(crate) struct Inner {
-    name: String,
-    keypair: KeyPair,
-    settings: RwLock<Settings>,
-    replay_capacity: usize,
-    write_status_file: bool,
-    shutdown_grace: Duration,
-    prefetch: u16,
-    retry_min: Duration,
-    retry_max: Duration,
-    bus: SharedBus,
-    runtime: SharedRuntime,
-    state: Arc<StateDir>,
-    node_state: Mutex<NodeState>,
-    journal: Arc<Mutex<Journal>>,
-    seq: Mutex<SeqAllocator>,
-    outbox: Arc<Outbox>,
-    metrics: Metrics,
-    started_at: DateTime<Utc>,
-    boot: Uuid,
-    report_now: Notify,
-    evacs: Mutex<HashMap<String, RunningEvac>>,
-    operation: Mutex<Option<OperationStatus>>,
-    ping_guard: Mutex<ReplayGuard>,
-    /// Log budget of refused broadcasts (they are all counted in metrics).
-    refusal_log: Mutex<gearshift_service::ratelimit::LogLimiter>,
-    inventory: Mutex<Option<Inventory>>,
-    bus_connected: AtomicBool,
-    heartbeat: AtomicI64,
-    /// Cancelled by the agent itself (after `cmd.remove`).
-    stop_self: CancellationToken,
-    removed: AtomicBool,
-    tracker: TaskTracker,
-    last_report: Mutex<Option<(u64, DateTime<Utc>)>>,
-    snapshot_at: Mutex<Option<std::time::Instant>>,
-    /// Serializes writes of `state.json`.
-    state_write: tokio::sync::Mutex<()>,
-    /// Cancelled when the agent stops; evacuations watch it.
-    run_stop: CancellationToken,
-    /// The last report built, for observers (the pull-mode pusher).
-    reports: tokio::sync::watch::Sender<Option<gearshift_proto::msg::NodeReport>>,
-}
-
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 /// A node agent.
 #[derive(Clone)]
 pub struct Agent {
-    inner: Arc<Inner>,
+    shared: Arc<Shared>,
+    /// The core and the persisted report reservation, taken by [`Agent::run`].
+    start: Arc<Mutex<Option<(NodeCore, u64)>>>,
 }
 
 impl std::fmt::Debug for Agent {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Agent")
-            .field("name", &self.inner.name)
+            .field("name", &self.shared.name)
             .finish()
     }
 }
@@ -274,64 +202,68 @@ impl Agent {
         }
         let state = Arc::new(StateDir::open(&config.state_dir, config.fsync)?);
         let node_state = state.load_state()?;
-        let (journal, warnings) = Journal::load(&state)?;
+        let (journal, warnings) = JournalFiles::new(&state).load()?;
         for w in warnings {
             tracing::error!(warning = %w, "journal entry set aside");
         }
         let metrics = config.metrics.clone();
         metrics.active.set(i64::from(node_state.active));
-        let window =
-            chrono::Duration::from_std(config.time_window).unwrap_or(chrono::Duration::minutes(5));
-        let inner = Inner {
+        let core = NodeCore::new(node_state.active, journal);
+        let view = View {
+            active: node_state.active,
+            operation: None,
+        };
+        let seq_reserved = node_state.seq_reserved;
+        let shared = Shared {
             name: config.name.clone(),
             keypair: config.keypair.clone(),
-            settings: RwLock::new(Settings::from(&config)),
-            replay_capacity: config.replay_capacity.max(16),
-            write_status_file: config.write_status_file,
-            shutdown_grace: config.shutdown_grace,
-            prefetch: config.prefetch.max(1),
-            retry_min: config.retry_min,
-            retry_max: config.retry_max,
             bus,
             runtime,
-            seq: Mutex::new(SeqAllocator::new(node_state.seq_reserved)),
-            node_state: Mutex::new(node_state),
+            state_file: StateFile::new(state.clone(), node_state),
             state,
-            journal: Arc::new(Mutex::new(journal)),
             outbox: Outbox::new(config.outbox_capacity, metrics.clone()),
             metrics,
-            started_at: Utc::now(),
-            boot: Uuid::new_v4(),
+            refusals: Default::default(),
+            limits: Limits {
+                replay_capacity: config.replay_capacity.max(16),
+                write_status_file: config.write_status_file,
+                shutdown_grace: config.shutdown_grace,
+                prefetch: config.prefetch.max(1),
+                retry_min: config.retry_min,
+                retry_max: config.retry_max,
+            },
+            settings: watch::channel(Arc::new(Settings::from(&config))).0,
+            view: watch::channel(view).0,
+            inventory: watch::channel(None).0,
+            reports: watch::channel(None).0,
             report_now: Notify::new(),
-            evacs: Mutex::default(),
-            operation: Mutex::default(),
-            ping_guard: Mutex::new(ReplayGuard::new(window * 2, config.replay_capacity.max(16))),
-            refusal_log: Mutex::new(gearshift_service::ratelimit::LogLimiter::default()),
-            inventory: Mutex::default(),
             bus_connected: AtomicBool::new(false),
             heartbeat: AtomicI64::new(Utc::now().timestamp()),
+            started_at: Utc::now(),
+            boot: Uuid::new_v4(),
+            tracker: config.tracker.clone(),
             stop_self: CancellationToken::new(),
             removed: AtomicBool::new(false),
-            tracker: TaskTracker::new(),
-            last_report: Mutex::default(),
-            snapshot_at: Mutex::default(),
-            state_write: tokio::sync::Mutex::new(()),
-            run_stop: CancellationToken::new(),
-            reports: tokio::sync::watch::channel(None).0,
         };
         Ok(Agent {
-            inner: Arc::new(inner),
+            shared: Arc::new(shared),
+            start: Arc::new(Mutex::new(Some((core, seq_reserved)))),
         })
     }
 
     /// The node's name.
     pub fn name(&self) -> &str {
-        &self.inner.name
+        &self.shared.name
     }
 
     /// The agent's metrics.
     pub fn metrics(&self) -> &Metrics {
-        &self.inner.metrics
+        &self.shared.metrics
+    }
+
+    /// The tracker of every task the agent spawns.
+    pub fn tracker(&self) -> &TaskTracker {
+        &self.shared.tracker
     }
 
     /// The latest report the agent built, for observers such as the
@@ -339,53 +271,45 @@ impl Agent {
     pub fn reports(
         &self,
     ) -> tokio::sync::watch::Receiver<Option<gearshift_proto::msg::NodeReport>> {
-        self.inner.reports.subscribe()
+        self.shared.reports.subscribe()
     }
 
     /// Whether the node is active (accepts gears).
     pub fn is_active(&self) -> bool {
-        lock(&self.inner.node_state).active
+        self.shared.view.borrow().active
     }
 
     /// The operation in progress, as reports show it.
     pub fn operation(&self) -> Option<OperationStatus> {
-        lock(&self.inner.operation).clone()
+        self.shared.view.borrow().operation.clone()
     }
 
     /// True while the agent's main loops make progress (for the systemd watchdog).
     pub fn healthy(&self) -> bool {
-        let beat = self.inner.heartbeat.load(Ordering::Relaxed);
-        let scan = lock_read(&self.inner.settings)
-            .report
-            .scan_interval
-            .as_secs() as i64;
+        let beat = self.shared.heartbeat.load(Ordering::Relaxed);
+        let scan = self.shared.settings().report.scan_interval.as_secs() as i64;
         Utc::now().timestamp() - beat < 120 + 5 * scan
     }
 
     /// Applies what can change while running (trusted keys, time window,
     /// report and evacuation settings, Heat, node facts); logs what needs a restart.
     pub fn reload(&self, config: AgentConfig) {
-        if config.name != self.inner.name {
-            tracing::warn!(old = %self.inner.name, new = %config.name, "node.name changes need a restart; keeping the old name");
+        let sh = &self.shared;
+        if config.name != sh.name {
+            tracing::warn!(old = %sh.name, new = %config.name, "node.name changes need a restart; keeping the old name");
         }
-        if config.state_dir != self.inner.state.path() {
+        if config.state_dir != sh.state.path() {
             tracing::warn!("state.dir changes need a restart; keeping the old directory");
         }
-        if config.keypair.id() != self.inner.keypair.id() {
+        if config.keypair.id() != sh.keypair.id() {
             tracing::warn!("keys.signing_key changes need a restart; keeping the old key");
         }
-        let mut s = self
-            .inner
-            .settings
-            .write()
-            .unwrap_or_else(|p| p.into_inner());
-        *s = Settings::from(&config);
-        drop(s);
+        sh.settings.send_replace(Arc::new(Settings::from(&config)));
         tracing::info!(
             trusted_keys = config.keyring.len(),
             "configuration reloaded"
         );
-        self.inner.report_now.notify_one();
+        sh.report_now.notify_one();
     }
 
     /// Runs the agent until `token` is cancelled or the node was removed.
@@ -394,152 +318,58 @@ impl Agent {
     /// state directory is unlocked, so that a new [`Agent`] for the same
     /// node can start. Call it once per `Agent`.
     pub async fn run(&self, token: CancellationToken) -> RunExit {
-        let inner = self.inner.clone();
-        let stop = inner.run_stop.clone();
+        let taken = self.start.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let Some((core, seq_reserved)) = taken else {
+            tracing::error!("Agent::run called twice; the second call does nothing");
+            return RunExit::Stopped;
+        };
+        let sh = self.shared.clone();
+        let tracker = sh.tracker.clone();
+        let stop = CancellationToken::new();
         let publisher_stop = CancellationToken::new();
-        let tracker = inner.tracker.clone();
-        let publisher = tokio::spawn(inner.outbox.clone().run(
-            inner.bus.clone(),
+        let publisher = tracker.spawn(sh.outbox.clone().run(
+            sh.bus.clone(),
             publisher_stop.clone(),
-            inner.retry_min,
-            inner.retry_max,
+            sh.limits.retry_min,
+            sh.limits.retry_max,
             Duration::from_secs(5),
         ));
-        tracker.spawn(inner.clone().watch_bus(stop.clone()));
-        inner.prune_journal();
-        inner.clone().resume_evacuations(stop.clone()).await;
-        tracker.spawn(inner.clone().report_loop(stop.clone()));
-        tracker.spawn(inner.clone().command_loop(stop.clone()));
-        tracker.spawn(inner.clone().ping_loop(stop.clone()));
-        tracker.spawn(inner.clone().housekeeping(stop.clone()));
-        tracing::info!(node = %inner.name, runtime = inner.runtime.kind(), active = self.is_active(),
+        let watcher = tracker.spawn(intake::watch_bus(sh.clone(), stop.clone()));
+        let (tx, rx) = tokio::sync::mpsc::channel(256);
+        let mut driver = driver::Driver::new(sh.clone(), core, tx.clone(), rx);
+        driver.start().await;
+        let core_task = tracker.spawn(driver.run(stop.clone()));
+        let reporter =
+            tracker.spawn(report::Reporter::new(sh.clone(), seq_reserved).run(stop.clone()));
+        let commands = tracker.spawn(intake::command_loop(sh.clone(), tx.clone(), stop.clone()));
+        let pings = tracker.spawn(intake::ping_loop(sh.clone(), tx, stop.clone()));
+        tracing::info!(node = %sh.name, runtime = sh.runtime.kind(), active = self.is_active(),
             "node agent running");
 
         tokio::select! {
             _ = token.cancelled() => {}
-            _ = inner.stop_self.cancelled() => {}
+            _ = sh.stop_self.cancelled() => {}
         }
-        let exit = if inner.removed.load(Ordering::SeqCst) {
+        let exit = if sh.removed.load(Ordering::SeqCst) {
             RunExit::Removed
         } else {
             RunExit::Stopped
         };
         tracing::info!(?exit, "node agent stopping");
         stop.cancel();
-        tracker.close();
-        let grace = inner.shutdown_grace + Duration::from_secs(5);
-        if tokio::time::timeout(grace, tracker.wait()).await.is_err() {
+        let grace = sh.limits.shutdown_grace + Duration::from_secs(5);
+        let loops = async {
+            let _ = tokio::join!(commands, pings, watcher, core_task);
+        };
+        if tokio::time::timeout(grace, loops).await.is_err() {
             tracing::warn!("some tasks did not stop within the grace period");
         }
-        inner.send_report(true).await;
+        if let Ok(Ok(mut reporter)) = tokio::time::timeout(Duration::from_secs(5), reporter).await {
+            reporter.send_report(true).await;
+        }
         publisher_stop.cancel();
         let _ = tokio::time::timeout(Duration::from_secs(10), publisher).await;
-        inner.state.unlock();
+        sh.state.unlock();
         exit
-    }
-}
-
-fn lock_read<T: Clone>(l: &RwLock<T>) -> T {
-    l.read().unwrap_or_else(|p| p.into_inner()).clone()
-}
-
-impl Inner {
-    fn settings(&self) -> Settings {
-        lock_read(&self.settings)
-    }
-
-    /// A new envelope from this node.
-    fn envelope(&self, msg: impl Into<Message>, corr: Option<&str>) -> Envelope {
-        let e = Envelope::new(self.name.clone(), msg);
-        match corr {
-            Some(c) => e.with_corr(c),
-            None => e,
-        }
-    }
-
-    fn seal(&self, env: Envelope) -> Vec<u8> {
-        self.keypair.seal(env)
-    }
-
-    /// An `event.<node>` message.
-    fn event_message(&self, msg: impl Into<Message>, corr: Option<&str>) -> OutMessage {
-        OutMessage::new(
-            routing::event(&self.name),
-            self.seal(self.envelope(msg, corr)),
-        )
-    }
-
-    /// Queues an event for publication.
-    fn emit(&self, msg: impl Into<Message>, corr: Option<&str>, droppable: bool) {
-        self.outbox.event(self.event_message(msg, corr), droppable);
-    }
-
-    /// Runs blocking state-directory work off the async threads.
-    async fn blocking<T: Send + 'static>(
-        &self,
-        f: impl FnOnce() -> Result<T, StateError> + Send + 'static,
-    ) -> Result<T, StateError> {
-        tokio::task::spawn_blocking(f)
-            .await
-            .map_err(|e| StateError::Io {
-                path: self.state.path().to_path_buf(),
-                reason: format!("state task failed: {e}"),
-            })?
-    }
-
-    fn prune_journal(&self) {
-        let s = self.settings();
-        let retention =
-            chrono::Duration::from_std(s.time_window * 2).unwrap_or(chrono::Duration::minutes(10));
-        let mut j = lock(&self.journal);
-        match j.prune(Utc::now(), retention, self.replay_capacity, self.boot) {
-            Ok(0) => {}
-            Ok(n) => tracing::debug!(removed = n, "journal pruned"),
-            Err(e) => tracing::warn!(error = %e, "cannot prune the journal"),
-        }
-    }
-
-    async fn housekeeping(self: Arc<Self>, stop: CancellationToken) {
-        let mut tick = tokio::time::interval(Duration::from_secs(60));
-        tick.tick().await;
-        loop {
-            tokio::select! {
-                _ = tick.tick() => {
-                    let me = self.clone();
-                    let _ = tokio::task::spawn_blocking(move || me.prune_journal()).await;
-                }
-                _ = stop.cancelled() => return,
-            }
-        }
-    }
-
-    async fn watch_bus(self: Arc<Self>, stop: CancellationToken) {
-        let mut events = self.bus.events();
-        loop {
-            tokio::select! {
-                e = events.recv() => match e {
-                    Ok(BusEvent::Connected { reconnects }) => {
-                        let was = self.bus_connected.swap(true, Ordering::SeqCst);
-                        if reconnects > 0 || was {
-                            self.metrics.bus_reconnects.inc();
-                        }
-                        tracing::info!(reconnects, "bus connected");
-                        self.report_now.notify_one();
-                    }
-                    Ok(BusEvent::Disconnected { reason }) => {
-                        self.bus_connected.store(false, Ordering::SeqCst);
-                        tracing::warn!(%reason, "bus disconnected; local work continues");
-                    }
-                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
-                    Err(tokio::sync::broadcast::error::RecvError::Closed) => {
-                        // Transports without events (memory) are always connected.
-                        self.bus_connected.store(true, Ordering::SeqCst);
-                        stop.cancelled().await;
-                        return;
-                    }
-                },
-                _ = stop.cancelled() => return,
-            }
-        }
     }
 }

@@ -113,6 +113,12 @@ impl Outbox {
         rx
     }
 
+    /// Takes every queued event (tests look at what would be published).
+    #[cfg(test)]
+    pub(crate) fn take_events(&self) -> Vec<OutMessage> {
+        self.lock().events.drain(..).map(|p| p.msg).collect()
+    }
+
     fn take_next(&self) -> Option<(OutMessage, Option<oneshot::Sender<()>>, bool)> {
         let mut st = self.lock();
         if let Some(p) = st.events.pop_front() {

@@ -48,34 +48,8 @@ pub(crate) async fn run(
             code: None,
             stderr: e.to_string(),
         })?;
-    let mut stdout = child.stdout.take();
-    let mut stderr = child.stderr.take();
-    let read_out = async move {
-        let mut buf = Vec::new();
-        if let Some(out) = stdout.as_mut() {
-            let mut limited = out.take(max_stdout as u64 + 1);
-            let _ = limited.read_to_end(&mut buf).await;
-        }
-        buf
-    };
-    let read_err = async move {
-        let mut buf = Vec::new();
-        if let Some(err) = stderr.as_mut() {
-            let mut chunk = [0u8; 4096];
-            loop {
-                match err.read(&mut chunk).await {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => {
-                        buf.extend_from_slice(&chunk[..n]);
-                        if buf.len() > STDERR_TAIL * 2 {
-                            buf.drain(..buf.len() - STDERR_TAIL);
-                        }
-                    }
-                }
-            }
-        }
-        buf
-    };
+    let read_out = read_stdout(child.stdout.take(), max_stdout);
+    let read_err = read_stderr_tail(child.stderr.take());
     let work = async {
         let (out, err, status) = tokio::join!(read_out, read_err, child.wait());
         (out, err, status)
@@ -97,16 +71,6 @@ pub(crate) async fn run(
         code: None,
         stderr: e.to_string(),
     })?;
-    let tail = |b: &[u8]| {
-        let s = String::from_utf8_lossy(b);
-        let s = s.trim();
-        let start = s.len().saturating_sub(STDERR_TAIL);
-        let mut start = start;
-        while !s.is_char_boundary(start) {
-            start += 1;
-        }
-        s[start..].to_string()
-    };
     if !status.success() {
         return Err(RuntimeError::Command {
             program,
@@ -122,6 +86,48 @@ pub(crate) async fn run(
         });
     }
     Ok(out)
+}
+
+/// At most `max + 1` bytes of standard output (one more tells it was cut).
+async fn read_stdout(stdout: Option<tokio::process::ChildStdout>, max: usize) -> Vec<u8> {
+    let mut buf = Vec::new();
+    if let Some(out) = stdout {
+        let mut limited = out.take(max as u64 + 1);
+        let _ = limited.read_to_end(&mut buf).await;
+    }
+    buf
+}
+
+/// The end of standard error, read to the end so that the child never
+/// blocks on a full pipe.
+async fn read_stderr_tail(stderr: Option<tokio::process::ChildStderr>) -> Vec<u8> {
+    let mut buf = Vec::new();
+    if let Some(mut err) = stderr {
+        let mut chunk = [0u8; 4096];
+        loop {
+            match err.read(&mut chunk).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    buf.extend_from_slice(&chunk[..n]);
+                    if buf.len() > STDERR_TAIL * 2 {
+                        buf.drain(..buf.len() - STDERR_TAIL);
+                    }
+                }
+            }
+        }
+    }
+    buf
+}
+
+/// The last [`STDERR_TAIL`] bytes of `b` as text, cut at a character boundary.
+fn tail(b: &[u8]) -> String {
+    let s = String::from_utf8_lossy(b);
+    let s = s.trim();
+    let mut start = s.len().saturating_sub(STDERR_TAIL);
+    while !s.is_char_boundary(start) {
+        start += 1;
+    }
+    s[start..].to_string()
 }
 
 #[cfg(test)]

@@ -225,6 +225,13 @@ pub trait GearRuntime: Send + Sync + 'static {
             .and_then(|t| parse_meminfo(&t))
     }
 
+    /// When the host booted (`btime` of `/proc/stat`), for the broker's
+    /// `oldest`/`newest` victim strategies; `None` when unknown.
+    async fn booted_at(&self) -> Option<chrono::DateTime<chrono::Utc>> {
+        let text = tokio::fs::read_to_string("/proc/stat").await.ok()?;
+        parse_btime(&text)
+    }
+
     /// Told when the node becomes active or inactive (the simulator's
     /// placement uses it; host runtimes keep no such flag).
     async fn set_active(&self, _active: bool) -> Result<(), RuntimeError> {
@@ -234,6 +241,13 @@ pub trait GearRuntime: Send + Sync + 'static {
 
 /// A shared runtime.
 pub type SharedRuntime = Arc<dyn GearRuntime>;
+
+/// The boot time in `/proc/stat` (`btime <seconds since the epoch>`).
+pub fn parse_btime(text: &str) -> Option<chrono::DateTime<chrono::Utc>> {
+    let line = text.lines().find(|l| l.starts_with("btime "))?;
+    let secs = line["btime ".len()..].trim().parse::<i64>().ok()?;
+    chrono::DateTime::from_timestamp(secs, 0)
+}
 
 /// Parses `/proc/meminfo` (`MemTotal`, `MemAvailable`, falling back to `MemFree`).
 pub fn parse_meminfo(text: &str) -> Option<MemInfo> {
@@ -263,6 +277,20 @@ pub fn parse_meminfo(text: &str) -> Option<MemInfo> {
         total_mb: total / 1024,
         free_mb: free / 1024,
     })
+}
+
+/// Runs blocking file work of a runtime off the async threads; a task that
+/// died is an I/O error at `path`.
+pub(crate) async fn blocking<T: Send + 'static>(
+    path: &std::path::Path,
+    f: impl FnOnce() -> Result<T, RuntimeError> + Send + 'static,
+) -> Result<T, RuntimeError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| RuntimeError::Io {
+            path: path.to_path_buf(),
+            reason: e.to_string(),
+        })?
 }
 
 /// Checks that a gear id is safe to use as a file name and a command argument.
@@ -343,6 +371,14 @@ pub fn from_config(cfg: &NodeConfig, node: &str) -> Result<SharedRuntime, Runtim
 mod tests {
     use super::*;
     use gearshift_proto::msg::GearState;
+
+    #[test]
+    fn btime() {
+        let t = "cpu  1 2 3\nbtime 1700000000\nprocesses 5\n";
+        assert_eq!(parse_btime(t).map(|d| d.timestamp()), Some(1_700_000_000));
+        assert_eq!(parse_btime("cpu 1\n"), None);
+        assert_eq!(parse_btime("btime soon\n"), None);
+    }
 
     #[test]
     fn meminfo() {

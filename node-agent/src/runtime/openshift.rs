@@ -249,12 +249,7 @@ impl GearRuntime for OpenshiftRuntime {
 
     async fn inventory(&self) -> Result<Inventory, RuntimeError> {
         let me = self.clone();
-        tokio::task::spawn_blocking(move || me.scan())
-            .await
-            .map_err(|e| RuntimeError::Io {
-                path: self.gear_base.clone(),
-                reason: e.to_string(),
-            })?
+        super::blocking(&self.gear_base, move || me.scan()).await
     }
 
     async fn move_gear(

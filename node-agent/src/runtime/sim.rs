@@ -294,6 +294,11 @@ impl GearRuntime for SimRuntime {
         Ok(MoveOutcome::Moved)
     }
 
+    /// Simulated nodes share the host: no boot time of their own.
+    async fn booted_at(&self) -> Option<chrono::DateTime<chrono::Utc>> {
+        None
+    }
+
     async fn memory(&self) -> Option<MemInfo> {
         let w = self.world.lock();
         let n = w.nodes.get(&self.node)?;

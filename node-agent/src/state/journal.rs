@@ -18,6 +18,10 @@
 //! default), so every id still inside the window is remembered. The
 //! journal is bounded: past its capacity the oldest finished entries go
 //! first, as in [`gearshift_proto::ReplayGuard`].
+//!
+//! [`Journal`] is the entries in memory and every decision on them (the node
+//! core owns it); [`JournalFiles`] reads and writes the directory, one file
+//! per entry, for whoever carries out the core's actions.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -89,52 +93,19 @@ pub enum Seen {
     FinishedAcked,
 }
 
-/// The journal, loaded in memory, written through to its directory.
-#[derive(Debug)]
+/// The journal's entries in memory: every decision, no I/O. The node core
+/// owns it; [`JournalFiles`] writes the entries it hands back.
+#[derive(Debug, Default, Clone)]
 pub struct Journal {
-    dir: PathBuf,
-    fsync: bool,
     entries: HashMap<Uuid, JournalEntry>,
 }
 
 impl Journal {
-    /// Loads every entry. Unreadable entries are moved aside (renamed
-    /// `.corrupt-<name>`) and reported in the returned warnings.
-    pub fn load(state: &StateDir) -> Result<(Journal, Vec<String>), StateError> {
-        let dir = state.path().join(JOURNAL_DIR);
-        let mut entries = HashMap::new();
-        let mut warnings = Vec::new();
-        for path in list_json(&dir)? {
-            match read_json::<JournalEntry>(&path) {
-                Ok(Some(e)) if file_id(&path) == Some(e.id) => {
-                    entries.insert(e.id, e);
-                }
-                Ok(Some(_)) | Ok(None) => {}
-                Err(err) => {
-                    warnings.push(err.to_string());
-                    if let Some(name) = path.file_name() {
-                        let aside = dir.join(format!(".corrupt-{}", name.to_string_lossy()));
-                        let _ = std::fs::rename(&path, aside);
-                    }
-                }
-            }
+    /// A journal holding `entries` (as [`JournalFiles::load`] read them).
+    pub fn from_entries(entries: impl IntoIterator<Item = JournalEntry>) -> Journal {
+        Journal {
+            entries: entries.into_iter().map(|e| (e.id, e)).collect(),
         }
-        Ok((
-            Journal {
-                dir,
-                fsync: state.fsync(),
-                entries,
-            },
-            warnings,
-        ))
-    }
-
-    fn path(&self, id: &Uuid) -> PathBuf {
-        self.dir.join(format!("{id}.json"))
-    }
-
-    fn persist(&self, e: &JournalEntry) -> Result<(), StateError> {
-        super::write_json(&self.path(&e.id), e, self.fsync)
     }
 
     /// The entry for `id`.
@@ -152,34 +123,30 @@ impl Journal {
         }
     }
 
-    /// Records a newly accepted command, durably.
-    pub fn begin(&mut self, entry: JournalEntry) -> Result<(), StateError> {
-        self.persist(&entry)?;
+    /// Records a newly accepted command, once its file is durable.
+    pub fn insert(&mut self, entry: JournalEntry) {
         self.entries.insert(entry.id, entry);
-        Ok(())
     }
 
-    /// Marks `id` finished with the event that was (or is about to be) published.
-    pub fn finish(&mut self, id: &Uuid, result: StoredEvent) -> Result<(), StateError> {
-        let Some(mut e) = self.entries.get(id).cloned() else {
-            return Ok(());
-        };
+    /// Marks `id` finished with the event that was (or is about to be)
+    /// published; returns the entry to write.
+    pub fn finish(&mut self, id: &Uuid, result: StoredEvent) -> Option<JournalEntry> {
+        let e = self.entries.get_mut(id)?;
         e.status = EntryStatus::Finished;
         e.result = Some(result);
-        self.persist(&e)?;
-        self.entries.insert(e.id, e);
-        Ok(())
+        Some(e.clone())
     }
 
     /// Finishes every running entry of `kind` for operation `corr` (or with
-    /// id `id`): the commands that (re)started one evacuation.
+    /// id `id`): the commands that (re)started one evacuation. Returns the
+    /// entries to write.
     pub fn finish_operation(
         &mut self,
         kind: &str,
         corr: Option<&str>,
         id: &Uuid,
         result: &StoredEvent,
-    ) -> Result<usize, StateError> {
+    ) -> Vec<JournalEntry> {
         let ids: Vec<Uuid> = self
             .entries
             .values()
@@ -190,24 +157,20 @@ impl Journal {
             })
             .map(|e| e.id)
             .collect();
-        for i in &ids {
-            self.finish(i, result.clone())?;
-        }
-        Ok(ids.len())
+        ids.iter()
+            .filter_map(|i| self.finish(i, result.clone()))
+            .collect()
     }
 
-    /// Notes that a delivery of `id` was acknowledged.
-    pub fn mark_acked(&mut self, id: &Uuid) -> Result<(), StateError> {
-        let Some(mut e) = self.entries.get(id).cloned() else {
-            return Ok(());
-        };
+    /// Notes that a delivery of `id` was acknowledged; returns the entry to
+    /// write when that changed it.
+    pub fn mark_acked(&mut self, id: &Uuid) -> Option<JournalEntry> {
+        let e = self.entries.get_mut(id)?;
         if e.acked {
-            return Ok(());
+            return None;
         }
         e.acked = true;
-        self.persist(&e)?;
-        self.entries.insert(e.id, e);
-        Ok(())
+        Some(e.clone())
     }
 
     /// Entries still running (interrupted by a crash, when called at start).
@@ -236,14 +199,15 @@ impl Journal {
     /// the oldest finished entries beyond `capacity`. Running entries stay,
     /// except those of quick commands (not `cmd.evacuate`) accepted by an
     /// earlier process (`boot` differs) and older than `retention`: their
-    /// redelivery can no longer come. Returns how many were removed.
+    /// redelivery can no longer come. Returns the ids forgotten (their files
+    /// are to be deleted).
     pub fn prune(
         &mut self,
         now: DateTime<Utc>,
         retention: Duration,
         capacity: usize,
         boot: Uuid,
-    ) -> Result<usize, StateError> {
+    ) -> Vec<Uuid> {
         let cutoff = now - retention;
         let mut finished: Vec<(DateTime<Utc>, Uuid)> = self
             .entries
@@ -266,6 +230,63 @@ impl Journal {
             }
         }
         for id in &doomed {
+            self.entries.remove(id);
+        }
+        doomed
+    }
+}
+
+/// The journal's directory: one file per entry, replaced atomically.
+#[derive(Debug, Clone)]
+pub struct JournalFiles {
+    dir: PathBuf,
+    fsync: bool,
+}
+
+impl JournalFiles {
+    /// The journal directory of `state`.
+    pub fn new(state: &StateDir) -> JournalFiles {
+        JournalFiles {
+            dir: state.path().join(JOURNAL_DIR),
+            fsync: state.fsync(),
+        }
+    }
+
+    /// Loads every entry. Unreadable entries are moved aside (renamed
+    /// `.corrupt-<name>`) and reported in the returned warnings.
+    pub fn load(&self) -> Result<(Journal, Vec<String>), StateError> {
+        let mut entries = Vec::new();
+        let mut warnings = Vec::new();
+        for path in list_json(&self.dir)? {
+            match read_json::<JournalEntry>(&path) {
+                Ok(Some(e)) if file_id(&path) == Some(e.id) => entries.push(e),
+                Ok(Some(_)) | Ok(None) => {}
+                Err(err) => {
+                    warnings.push(err.to_string());
+                    if let Some(name) = path.file_name() {
+                        let aside = self
+                            .dir
+                            .join(format!(".corrupt-{}", name.to_string_lossy()));
+                        let _ = std::fs::rename(&path, aside);
+                    }
+                }
+            }
+        }
+        Ok((Journal::from_entries(entries), warnings))
+    }
+
+    fn path(&self, id: &Uuid) -> PathBuf {
+        self.dir.join(format!("{id}.json"))
+    }
+
+    /// Writes an entry durably.
+    pub fn write(&self, e: &JournalEntry) -> Result<(), StateError> {
+        super::write_json(&self.path(&e.id), e, self.fsync)
+    }
+
+    /// Deletes the entries `ids` (missing files are fine).
+    pub fn remove(&self, ids: &[Uuid]) -> Result<(), StateError> {
+        for id in ids {
             let p = self.path(id);
             match std::fs::remove_file(&p) {
                 Ok(()) => {}
@@ -277,9 +298,8 @@ impl Journal {
                     });
                 }
             }
-            self.entries.remove(id);
         }
-        Ok(doomed.len())
+        Ok(())
     }
 }
 
@@ -323,17 +343,19 @@ mod tests {
         );
         {
             let s = StateDir::open(d.path(), true).unwrap();
-            let (mut j, w) = Journal::load(&s).unwrap();
+            let files = JournalFiles::new(&s);
+            let (mut j, w) = files.load().unwrap();
             assert!(w.is_empty());
-            j.begin(a.clone()).unwrap();
-            j.begin(b.clone()).unwrap();
-            j.begin(c.clone()).unwrap();
-            j.finish(&a.id, done()).unwrap();
-            j.mark_acked(&a.id).unwrap();
-            j.finish(&c.id, done()).unwrap();
+            for e in [&a, &b, &c] {
+                files.write(e).unwrap();
+                j.insert(e.clone());
+            }
+            files.write(&j.finish(&a.id, done()).unwrap()).unwrap();
+            files.write(&j.mark_acked(&a.id).unwrap()).unwrap();
+            files.write(&j.finish(&c.id, done()).unwrap()).unwrap();
         }
         let s = StateDir::open(d.path(), true).unwrap();
-        let (j, _) = Journal::load(&s).unwrap();
+        let (j, _) = JournalFiles::new(&s).load().unwrap();
         assert_eq!(j.seen(&a.id), Seen::FinishedAcked);
         assert_eq!(j.seen(&b.id), Seen::Running);
         assert_eq!(j.seen(&c.id), Seen::FinishedUnacked);
@@ -346,21 +368,25 @@ mod tests {
     fn prune_keeps_running_and_recent_entries() {
         let d = tempfile::tempdir().unwrap();
         let s = StateDir::open(d.path(), true).unwrap();
-        let (mut j, _) = Journal::load(&s).unwrap();
+        let files = JournalFiles::new(&s);
+        let (mut j, _) = files.load().unwrap();
         let now = Utc::now();
         let old_running = entry(now - Duration::hours(3), "cmd.evacuate");
         let old_done = entry(now - Duration::hours(3), "cmd.deactivate");
         let recent_done = entry(now - Duration::minutes(1), "cmd.activate");
         for e in [&old_running, &old_done, &recent_done] {
-            j.begin(e.clone()).unwrap();
+            files.write(e).unwrap();
+            j.insert(e.clone());
         }
-        j.finish(&old_done.id, done()).unwrap();
-        j.finish(&recent_done.id, done()).unwrap();
-        assert_eq!(
-            j.prune(now, Duration::minutes(10), 100, Uuid::new_v4())
-                .unwrap(),
-            1
-        );
+        files
+            .write(&j.finish(&old_done.id, done()).unwrap())
+            .unwrap();
+        files
+            .write(&j.finish(&recent_done.id, done()).unwrap())
+            .unwrap();
+        let pruned = j.prune(now, Duration::minutes(10), 100, Uuid::new_v4());
+        files.remove(&pruned).unwrap();
+        assert_eq!(pruned.len(), 1);
         assert_eq!(j.seen(&old_running.id), Seen::Running);
         assert_eq!(j.seen(&old_done.id), Seen::New);
         assert_ne!(j.seen(&recent_done.id), Seen::New);
@@ -376,16 +402,20 @@ mod tests {
     fn prune_bounds_the_journal_oldest_first() {
         let d = tempfile::tempdir().unwrap();
         let s = StateDir::open(d.path(), false).unwrap();
-        let (mut j, _) = Journal::load(&s).unwrap();
+        let files = JournalFiles::new(&s);
+        let (mut j, _) = files.load().unwrap();
         let now = Utc::now();
         let mut ids = Vec::new();
         for i in 0..20 {
             let e = entry(now - Duration::seconds(100 - i), "cmd.activate");
             ids.push(e.id);
-            j.begin(e.clone()).unwrap();
-            j.finish(&e.id, done()).unwrap();
+            files.write(&e).unwrap();
+            j.insert(e.clone());
+            files.write(&j.finish(&e.id, done()).unwrap()).unwrap();
         }
-        j.prune(now, Duration::hours(1), 5, Uuid::nil()).unwrap();
+        files
+            .remove(&j.prune(now, Duration::hours(1), 5, Uuid::nil()))
+            .unwrap();
         assert_eq!(j.len(), 5);
         assert_eq!(j.seen(&ids[0]), Seen::New);
         assert_ne!(j.seen(&ids[19]), Seen::New);
@@ -400,7 +430,7 @@ mod tests {
             .join(JOURNAL_DIR)
             .join(format!("{}.json", Uuid::new_v4()));
         std::fs::write(&bad, b"{\"id\":").unwrap();
-        let (j, w) = Journal::load(&s).unwrap();
+        let (j, w) = JournalFiles::new(&s).load().unwrap();
         assert!(j.is_empty());
         assert_eq!(w.len(), 1);
         assert!(!bad.exists());

@@ -45,6 +45,9 @@ pub enum DecisionKind {
     ScaleDown,
     /// A scale-down saga reached its end: the node is gone.
     Removed,
+    /// A maintenance drain (`drain --keep`) reached its end: the node is
+    /// empty, inactive and cordoned, and was not removed.
+    Drained,
     /// A scale-down saga was aborted; the node is active again.
     Aborted,
     /// Scale-up pressure returned during a drain: the drain stops, the node is re-activated.
@@ -69,6 +72,7 @@ impl DecisionKind {
             DecisionKind::HandlerFailed => "handler_failed",
             DecisionKind::ScaleDown => "scale_down",
             DecisionKind::Removed => "removed",
+            DecisionKind::Drained => "drained",
             DecisionKind::Aborted => "aborted",
             DecisionKind::DrainCancelled => "drain_cancelled",
             DecisionKind::Exhausted => "exhausted",

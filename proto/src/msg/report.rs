@@ -161,6 +161,12 @@ pub struct NodeReport {
     pub mem_total_mb: u64,
     /// When this agent process started.
     pub started_at: DateTime<Utc>,
+    /// When the host booted (Linux: `btime` of `/proc/stat`), or was
+    /// created: what the `oldest`/`newest` victim strategies order by, so
+    /// that an agent restart or upgrade does not make a node "new". Absent
+    /// from older nodes (the broker agent then uses `started_at`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub booted_at: Option<DateTime<Utc>>,
     /// The scale-up operation id that created this node (from its user data), if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub booted_for: Option<String>,

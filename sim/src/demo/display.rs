@@ -89,7 +89,7 @@ fn symbol(k: DecisionKind) -> &'static str {
         DecisionKind::ScaleUp => "▲",
         DecisionKind::Joined => "+",
         DecisionKind::ScaleDown => "▼",
-        DecisionKind::Removed => "-",
+        DecisionKind::Removed | DecisionKind::Drained => "-",
         DecisionKind::Aborted | DecisionKind::DrainCancelled => "↺",
         DecisionKind::Exhausted | DecisionKind::BreakerOpen => "!",
         DecisionKind::HandlerFailed | DecisionKind::ProvisionTimeout => "✗",
@@ -313,6 +313,37 @@ impl Display {
         if let Some(mp) = &self.mp {
             let _ = mp.clear();
         }
+    }
+}
+
+/// The fleet line of the live display.
+pub fn fleet_line(s: &Status) -> String {
+    let mut parts = vec![];
+    for g in &s.groups {
+        let t = &g.stats;
+        parts.push(format!(
+            "{}/{}: {} nodes ({} inactive{}), {} active gears, usage {:.1} %",
+            g.district,
+            g.profile,
+            t.nodes_active + t.nodes_inactive,
+            t.nodes_inactive,
+            if t.nodes_missing > 0 {
+                format!(", {} missing", t.nodes_missing)
+            } else {
+                String::new()
+            },
+            t.gears_active,
+            t.usage_pct
+        ));
+    }
+    let ops = s.in_flight().count();
+    if ops > 0 {
+        parts.push(format!("{ops} operation(s) in flight"));
+    }
+    if parts.is_empty() {
+        "waiting for the first reports".into()
+    } else {
+        parts.join(" · ")
     }
 }
 

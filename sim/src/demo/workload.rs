@@ -245,107 +245,124 @@ impl Workload {
         let dt = now.duration_since(self.last).as_secs_f64().min(1.0);
         self.last = now;
         self.peak_usage = self.peak_usage.max(self.usage(f.world_nodes));
-        let mut said = vec![];
-        let active = self.ledger.expected_active();
-        match self.phase {
-            Phase::Warmup => {
-                if f.initial_reporting >= self.nodes {
-                    self.target = (RISE_TO * self.capacity(self.nodes) as f64).ceil() as usize;
-                    self.phase = Phase::Rise;
-                    said.push(format!(
-                        "workload rises: new gears placed by the placement service, {active} -> {} active gears ({:.0} % of the {} initial nodes' capacity)",
-                        self.target,
-                        RISE_TO * 100.0,
-                        self.nodes
-                    ));
-                }
-            }
-            Phase::Rise => {
-                self.create_due(world, dt, self.target).await;
-                if self.ledger.expected_active() >= self.target {
-                    self.phase = Phase::AwaitJoin;
-                    said.push(format!(
-                        "workload holds at {} active gears ({:.1} % of {} nodes' capacity) until the new node joins",
-                        self.ledger.expected_active(),
-                        self.usage(f.world_nodes),
-                        f.world_nodes
-                    ));
-                }
-            }
-            Phase::AwaitJoin => {
-                if f.joined > 0 {
-                    // New applications arrive while old ones retire: the
-                    // new gears land on the new, empty node, and usage stays
-                    // under the scale-up threshold.
-                    self.cap = (TOP_UP_TO * self.capacity(f.world_nodes) as f64).floor() as usize;
-                    self.churn_left = (self.max_active as usize / 2).max(1);
-                    self.phase = Phase::TopUp;
-                    said.push(format!(
-                        "workload: {} new applications (placement prefers the new, empty node) while old ones retire above {} active gears",
-                        self.churn_left, self.cap
-                    ));
-                }
-            }
-            Phase::TopUp => {
-                self.due += self.up_per_sec * dt;
-                while self.due >= 1.0 && self.churn_left > 0 {
-                    self.due -= 1.0;
-                    if !self.create_one(world).await {
-                        break;
-                    }
-                    self.churn_left -= 1;
-                    while self.ledger.expected_active() > self.cap {
-                        if self.ledger.delete_old(world, &mut self.rng).is_none() {
-                            break;
-                        }
-                    }
-                }
-                if self.churn_left == 0 {
-                    self.due = 0.0;
-                    self.target = (FALL_TO * self.capacity(f.world_nodes) as f64).floor() as usize;
-                    self.phase = Phase::Fall;
-                    said.push(format!(
-                        "workload falls: old applications retired (gears deleted at random among the oldest half), {} -> {} active gears ({:.0} % of {} nodes' capacity)",
-                        self.ledger.expected_active(),
-                        self.target,
-                        FALL_TO * 100.0,
-                        f.world_nodes
-                    ));
-                }
-            }
-            Phase::Fall => {
-                self.due += self.down_per_sec * dt;
-                while self.due >= 1.0 && self.ledger.expected_active() > self.target {
-                    self.due -= 1.0;
-                    if self.ledger.delete_old(world, &mut self.rng).is_none() {
-                        break;
-                    }
-                }
-                if self.ledger.expected_active() <= self.target {
-                    self.due = 0.0;
-                    self.phase = Phase::AwaitScaleDown;
-                    said.push(format!(
-                        "workload holds at {} active gears ({:.1} % of {} nodes' capacity): the fleet should shrink",
-                        self.ledger.expected_active(),
-                        self.usage(f.world_nodes),
-                        f.world_nodes
-                    ));
-                }
-            }
+        let said = match self.phase {
+            Phase::Warmup => self.warmup(f),
+            Phase::Rise => self.rise(world, dt, f).await,
+            Phase::AwaitJoin => self.await_join(f),
+            Phase::TopUp => self.top_up(world, dt, f).await,
+            Phase::Fall => self.fall(world, dt, f),
             Phase::AwaitScaleDown => {
                 if f.removed > 0 && f.in_flight == 0 && f.world_nodes <= self.nodes {
                     self.phase = Phase::Settle;
                     self.settle_until = Some(now + self.settle);
                 }
+                None
             }
             Phase::Settle => {
                 if self.settle_until.is_none_or(|t| now >= t) {
                     self.phase = Phase::Done;
                 }
+                None
             }
-            Phase::Done => {}
+            Phase::Done => None,
+        };
+        said.into_iter().collect()
+    }
+
+    /// Every initial node reports: the rise begins.
+    fn warmup(&mut self, f: FleetView) -> Option<String> {
+        if f.initial_reporting < self.nodes {
+            return None;
         }
-        said
+        let active = self.ledger.expected_active();
+        self.target = (RISE_TO * self.capacity(self.nodes) as f64).ceil() as usize;
+        self.phase = Phase::Rise;
+        Some(format!(
+            "workload rises: new gears placed by the placement service, {active} -> {} active gears ({:.0} % of the {} initial nodes' capacity)",
+            self.target,
+            RISE_TO * 100.0,
+            self.nodes
+        ))
+    }
+
+    async fn rise(&mut self, world: &SimWorld, dt: f64, f: FleetView) -> Option<String> {
+        self.create_due(world, dt, self.target).await;
+        if self.ledger.expected_active() < self.target {
+            return None;
+        }
+        self.phase = Phase::AwaitJoin;
+        Some(format!(
+            "workload holds at {} active gears ({:.1} % of {} nodes' capacity) until the new node joins",
+            self.ledger.expected_active(),
+            self.usage(f.world_nodes),
+            f.world_nodes
+        ))
+    }
+
+    fn await_join(&mut self, f: FleetView) -> Option<String> {
+        if f.joined == 0 {
+            return None;
+        }
+        // New applications arrive while old ones retire: the new gears land
+        // on the new, empty node, and usage stays under the scale-up
+        // threshold.
+        self.cap = (TOP_UP_TO * self.capacity(f.world_nodes) as f64).floor() as usize;
+        self.churn_left = (self.max_active as usize / 2).max(1);
+        self.phase = Phase::TopUp;
+        Some(format!(
+            "workload: {} new applications (placement prefers the new, empty node) while old ones retire above {} active gears",
+            self.churn_left, self.cap
+        ))
+    }
+
+    async fn top_up(&mut self, world: &SimWorld, dt: f64, f: FleetView) -> Option<String> {
+        self.due += self.up_per_sec * dt;
+        while self.due >= 1.0 && self.churn_left > 0 {
+            self.due -= 1.0;
+            if !self.create_one(world).await {
+                break;
+            }
+            self.churn_left -= 1;
+            while self.ledger.expected_active() > self.cap {
+                if self.ledger.delete_old(world, &mut self.rng).is_none() {
+                    break;
+                }
+            }
+        }
+        if self.churn_left > 0 {
+            return None;
+        }
+        self.due = 0.0;
+        self.target = (FALL_TO * self.capacity(f.world_nodes) as f64).floor() as usize;
+        self.phase = Phase::Fall;
+        Some(format!(
+            "workload falls: old applications retired (gears deleted at random among the oldest half), {} -> {} active gears ({:.0} % of {} nodes' capacity)",
+            self.ledger.expected_active(),
+            self.target,
+            FALL_TO * 100.0,
+            f.world_nodes
+        ))
+    }
+
+    fn fall(&mut self, world: &SimWorld, dt: f64, f: FleetView) -> Option<String> {
+        self.due += self.down_per_sec * dt;
+        while self.due >= 1.0 && self.ledger.expected_active() > self.target {
+            self.due -= 1.0;
+            if self.ledger.delete_old(world, &mut self.rng).is_none() {
+                break;
+            }
+        }
+        if self.ledger.expected_active() > self.target {
+            return None;
+        }
+        self.due = 0.0;
+        self.phase = Phase::AwaitScaleDown;
+        Some(format!(
+            "workload holds at {} active gears ({:.1} % of {} nodes' capacity): the fleet should shrink",
+            self.ledger.expected_active(),
+            self.usage(f.world_nodes),
+            f.world_nodes
+        ))
     }
 
     /// Places and creates one gear; false when placement found no node.

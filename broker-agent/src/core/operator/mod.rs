@@ -1,10 +1,14 @@
-//! Operator requests (`gearshift-broker evacuate|abort|do-not-disrupt|status`):
-//! what an operator may ask, what is refused and why, and the answers.
+//! Operator requests (`gearshift-broker status|evacuate|drain|abort|
+//! do-not-disrupt|pause|resume|cordon|uncordon|activate`): what an operator
+//! may ask, what is refused and why, and the answers.
 //!
 //! [`decide`] reads the facts and turns a request into an [`Order`] for the
-//! coordinator (start a drain, abort an operation, mark a node, answer) or
-//! a refusal; [`Marks`] is the state it owns: the nodes an operator marked
-//! do-not-disrupt. The answers' wording is part of the operator interface.
+//! coordinator (start a drain, abort an operation, mark, pause or cordon,
+//! activate a node, answer) or a refusal; [`Marks`] and
+//! [`controls`] are the state it owns: do-not-disrupt marks, pauses and
+//! cordons. The answers' wording is part of the operator interface.
+
+pub mod controls;
 
 use std::collections::BTreeSet;
 
@@ -12,6 +16,7 @@ use chrono::{DateTime, Utc};
 use gearshift_handlers::GroupKey;
 use gearshift_proto::msg::{AdminReply, AdminRequest};
 
+use self::controls::{Cordon, Pause};
 use crate::core::facts::Facts;
 use crate::ops::{OpBody, OpId, Origin};
 
@@ -53,6 +58,8 @@ pub struct Evacuation {
     pub origin: Origin,
     /// Why, for the decision.
     pub reason: String,
+    /// A maintenance drain: keep the emptied node (inactive, cordoned).
+    pub keep: bool,
 }
 
 /// An abort an operator asked for.
@@ -99,6 +106,30 @@ pub enum Order {
     },
     /// Answer with the status document.
     Status,
+    /// Pause the fleet (`None`) or a group, then answer [`paused`].
+    Pause {
+        /// The group; none: the fleet.
+        group: Option<GroupKey>,
+        /// Who, why, until when.
+        pause: Pause,
+    },
+    /// Lift a pause, then answer [`resumed`].
+    Resume {
+        /// The group; none: the fleet.
+        group: Option<GroupKey>,
+    },
+    /// Cordon (`Some`) or uncordon a node, then answer [`cordoned`].
+    Cordon {
+        /// The node.
+        node: String,
+        /// Who and why; none: uncordon.
+        cordon: Option<Cordon>,
+    },
+    /// Send `cmd.activate` to the node and lift its cordon, then answer [`activating`].
+    Activate {
+        /// The node.
+        node: String,
+    },
 }
 
 /// The order for `req` from `from`, or why it is refused.
@@ -113,7 +144,81 @@ pub fn decide(
         AdminRequest::Evacuate { node } => evacuate(facts, &node, from, now).map(Order::Evacuate),
         AdminRequest::Abort { op } => abort(facts, &op, from).map(Order::Abort),
         AdminRequest::DoNotDisrupt { node, on } => Ok(Order::Mark { node, on }),
+        AdminRequest::Drain { node, keep } => {
+            let mut ev = evacuate(facts, &node, from, now)?;
+            if keep {
+                ev.keep = true;
+                ev.reason = format!(
+                    "operator {from} asked to drain {node} for maintenance (kept, not removed)"
+                );
+            }
+            Ok(Order::Evacuate(ev))
+        }
+        AdminRequest::Pause {
+            district,
+            profile,
+            reason,
+            until,
+        } => {
+            if until.is_some_and(|u| u <= now) {
+                return Err("the pause would already be over (until is in the past)".into());
+            }
+            let pause = Pause {
+                by: from.to_string(),
+                reason,
+                since: now,
+                until,
+            };
+            Ok(Order::Pause {
+                group: scope(district, profile),
+                pause,
+            })
+        }
+        AdminRequest::Resume { district, profile } => Ok(Order::Resume {
+            group: scope(district, profile),
+        }),
+        AdminRequest::Cordon { node, on, reason } => {
+            if on && facts.fleet.get(&node).is_none() {
+                return Err(format!("no node {node:?} is reporting"));
+            }
+            let cordon = on.then(|| Cordon {
+                by: from.to_string(),
+                reason,
+                since: now,
+                op: None,
+            });
+            Ok(Order::Cordon { node, cordon })
+        }
+        AdminRequest::Activate { node } => {
+            activate(facts, &node).map(|()| Order::Activate { node })
+        }
     }
+}
+
+/// The group of a request's `district` and `profile` (none: the fleet).
+fn scope(district: Option<String>, profile: Option<String>) -> Option<GroupKey> {
+    match (district, profile) {
+        (Some(district), Some(profile)) => Some(GroupKey { district, profile }),
+        _ => None,
+    }
+}
+
+/// Whether `node` can be activated: known, not being drained, inactive or cordoned.
+fn activate(facts: &Facts<'_>, node: &str) -> Result<(), String> {
+    let e = facts
+        .fleet
+        .get(node)
+        .ok_or_else(|| format!("no node {node:?} is reporting"))?;
+    if let Some(op) = facts.saga_of(node) {
+        return Err(format!(
+            "{node} is being drained by {}: abort that operation instead",
+            op.id
+        ));
+    }
+    if e.report.active && !facts.cordoned(node) {
+        return Err(format!("{node} is already active and not cordoned"));
+    }
+    Ok(())
 }
 
 /// A scale-down of `node` at an operator's request. Thresholds and budgets
@@ -156,6 +261,7 @@ pub fn evacuate(
         node: node.to_string(),
         origin: Origin::Operator { by: by.to_string() },
         reason: format!("operator {by} asked to evacuate {node}"),
+        keep: false,
     })
 }
 
@@ -202,12 +308,62 @@ pub fn refused(message: String) -> AdminReply {
     }
 }
 
-/// The answer to an evacuation that started as `op`.
-pub fn evacuating(node: &str, op: &OpId) -> AdminReply {
+/// The answer to an evacuation (a maintenance drain with `keep`) that
+/// started as `op`.
+pub fn evacuating(node: &str, op: &OpId, keep: bool) -> AdminReply {
+    let what = if keep {
+        format!("draining {node} for maintenance as {op}: it stays, inactive and cordoned")
+    } else {
+        format!("evacuating {node} as {op}")
+    };
+    ok(what, serde_json::json!({ "op": op, "keep": keep }))
+}
+
+fn scope_name(group: Option<&GroupKey>) -> String {
+    group.map_or_else(|| "the fleet".to_string(), |g| g.to_string())
+}
+
+/// The answer to a pause.
+pub fn paused(group: Option<&GroupKey>, p: &Pause) -> AdminReply {
     ok(
-        format!("evacuating {node} as {op}"),
-        serde_json::json!({ "op": op }),
+        format!("{} {}", scope_name(group), p.describe()),
+        serde_json::json!({ "until": p.until }),
     )
+}
+
+/// The answer to a resume; a refusal when nothing was paused.
+pub fn resumed(group: Option<&GroupKey>, was: Option<&Pause>) -> AdminReply {
+    match was {
+        Some(p) => ok(
+            format!("{} resumed (was {})", scope_name(group), p.describe()),
+            serde_json::Value::Null,
+        ),
+        None => refused(format!("{} is not paused", scope_name(group))),
+    }
+}
+
+/// The answer to a (un)cordon.
+pub fn cordoned(node: &str, on: bool) -> AdminReply {
+    ok(
+        if on {
+            format!("{node} is cordoned: no gear goes there, no scale-down chooses it")
+        } else {
+            format!("{node} is no longer cordoned")
+        },
+        serde_json::Value::Null,
+    )
+}
+
+/// The answer to an activation (`op`: the command's operation id when one was sent).
+pub fn activating(node: &str, op: Option<&OpId>, uncordoned: bool) -> AdminReply {
+    let mut parts = vec![];
+    if let Some(op) = op {
+        parts.push(format!("cmd.activate sent to {node} as {op}"));
+    }
+    if uncordoned {
+        parts.push(format!("{node} is no longer cordoned"));
+    }
+    ok(parts.join("; "), serde_json::json!({ "op": op }))
 }
 
 /// The answer to an abort.

@@ -97,3 +97,315 @@ fn aborts_depend_on_the_operation_and_marks_report_changes() {
     assert!(m.set("n1", false));
     assert!(!m.set("n1", false));
 }
+
+// ------------------------------------------------- standing controls
+
+use crate::ops::{Cordon, Pause};
+
+fn pause_req(group: Option<(&str, &str)>, until: Option<DateTime<Utc>>) -> AdminRequest {
+    AdminRequest::Pause {
+        district: group.map(|g| g.0.to_string()),
+        profile: group.map(|g| g.1.to_string()),
+        reason: "kernel upgrade".into(),
+        until,
+    }
+}
+
+fn ask(h: &mut H, req: AdminRequest) -> (gearshift_proto::msg::AdminReply, Vec<Action>) {
+    let none = std::collections::BTreeMap::new();
+    h.core.on_operator("alice", req, "broker-1", &none, h.now)
+}
+
+#[test]
+fn a_paused_group_decides_nothing_but_is_explained_until_resumed() {
+    let mut h = H::new(cfg_with(short_windows));
+    h.node("a", "d1", 95, 100);
+    quiet_fleet_in(&mut h, "d2");
+    let until = h.now + Duration::hours(2);
+    let (r, _) = ask(&mut h, pause_req(Some(("d1", "small")), Some(until)));
+    assert!(
+        r.ok && r.message.starts_with("d1/small paused by alice until"),
+        "{}",
+        r.message
+    );
+    assert!(h.core.take_changes().groups.contains(&g("d1", "small")));
+    let a = h.eval();
+    // d1 wanted a node: held, and says why; d2 (not paused) still drains.
+    assert_eq!(
+        decisions(&a),
+        vec![(DecisionKind::ScaleDown, "d2".into(), Some("d2-c".into()))]
+    );
+    let e = explain(&a, "d1");
+    assert_eq!(e.outcome, Outcome::Held);
+    assert!(!rule(e, "paused").ok);
+    assert!(
+        e.summary.starts_with("paused by alice until") && e.summary.contains("kernel upgrade"),
+        "{}",
+        e.summary
+    );
+    assert!(
+        e.summary.contains("otherwise: asking for 1 node"),
+        "{}",
+        e.summary
+    );
+    let s = crate::status::Status::of(&h.core, "b", h.now, &Default::default());
+    assert!(
+        s.groups[0]
+            .paused
+            .as_deref()
+            .unwrap()
+            .contains("kernel upgrade")
+    );
+    assert!(s.render().contains("PAUSED (paused by alice"));
+    // Resume: the next evaluation scales up; resuming again is refused.
+    let (r, _) = ask(
+        &mut h,
+        AdminRequest::Resume {
+            district: Some("d1".into()),
+            profile: Some("small".into()),
+        },
+    );
+    assert!(r.ok, "{}", r.message);
+    let (r, _) = ask(
+        &mut h,
+        AdminRequest::Resume {
+            district: Some("d1".into()),
+            profile: Some("small".into()),
+        },
+    );
+    assert_eq!(
+        (r.ok, r.message.as_str()),
+        (false, "d1/small is not paused")
+    );
+    h.advance(1);
+    h.node("a", "d1", 95, 100);
+    assert!(kinds(&h.eval()).contains(&DecisionKind::ScaleUp));
+}
+
+#[test]
+fn a_fleet_pause_holds_every_group_and_expires() {
+    let mut h = H::new(cfg_with(short_windows));
+    h.node("a", "d1", 95, 100);
+    let until = h.now + Duration::minutes(5);
+    let (r, _) = ask(&mut h, pause_req(None, Some(until)));
+    assert!(
+        r.message.starts_with("the fleet paused by alice"),
+        "{}",
+        r.message
+    );
+    let a = h.eval();
+    assert!(kinds(&a).is_empty());
+    assert!(
+        explain(&a, "d1")
+            .summary
+            .starts_with("fleet paused by alice")
+    );
+    let s = crate::status::Status::of(&h.core, "b", h.now, &Default::default());
+    assert!(s.render().contains("PAUSED: fleet paused by alice"));
+    // A pause in the past is refused; an expired one lifts by itself.
+    let now = h.now;
+    let (r, _) = ask(&mut h, pause_req(None, Some(now)));
+    assert!(!r.ok && r.message.contains("already be over"));
+    h.advance(301);
+    h.node("a", "d1", 95, 100);
+    assert_eq!(kinds(&h.eval()), vec![DecisionKind::ScaleUp]);
+    assert_eq!(h.core.meta().fleet_pause, None);
+    // Every request but status went to the history.
+    let ops: Vec<_> = h
+        .core
+        .take_history()
+        .into_iter()
+        .filter_map(|r| match r.event {
+            crate::history::Event::Operator(o) => Some(o.ok),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(ops, vec![true, false]);
+}
+
+#[test]
+fn a_cordoned_node_is_no_target_no_victim_and_not_capacity() {
+    let mut h = H::new(cfg_with(short_windows));
+    quiet_fleet(&mut h, QUIET);
+    let before = h
+        .core
+        .group_stats(&g("d1", "small"), h.now)
+        .available_active_gears;
+    let (r, _) = ask(
+        &mut h,
+        AdminRequest::Cordon {
+            node: "c".into(),
+            on: true,
+            reason: "disk swap".into(),
+        },
+    );
+    assert!(r.ok, "{}", r.message);
+    assert!(h.core.take_changes().cordons);
+    // Its 90 free slots are no longer capacity; it is no candidate.
+    let after = h
+        .core
+        .group_stats(&g("d1", "small"), h.now)
+        .available_active_gears;
+    assert_eq!(before - after, 90);
+    assert!(
+        h.core
+            .candidates(&g("d1", "small"), "", h.now)
+            .iter()
+            .all(|c| c.name != "c")
+    );
+    // The least busy node is c, but it is cordoned: b goes instead.
+    let a = h.eval();
+    assert_eq!(decisions(&a)[0].2.as_deref(), Some("b"));
+    assert!(
+        rule(explain(&a, "d1"), "victim")
+            .detail
+            .contains("c cordoned")
+            || rule(explain(&a, "d1"), "victim").ok
+    );
+    let s = crate::status::Status::of(&h.core, "b", h.now, &Default::default());
+    assert!(
+        s.render().contains("c cordoned by alice: disk swap"),
+        "{}",
+        s.render()
+    );
+    // Uncordon; uncordoning again is refused; an unknown node cannot be cordoned.
+    assert!(
+        ask(
+            &mut h,
+            AdminRequest::Cordon {
+                node: "c".into(),
+                on: false,
+                reason: String::new()
+            }
+        )
+        .0
+        .ok
+    );
+    assert!(
+        !ask(
+            &mut h,
+            AdminRequest::Cordon {
+                node: "c".into(),
+                on: false,
+                reason: String::new()
+            }
+        )
+        .0
+        .ok
+    );
+    assert!(
+        !ask(
+            &mut h,
+            AdminRequest::Cordon {
+                node: "zz".into(),
+                on: true,
+                reason: String::new()
+            }
+        )
+        .0
+        .ok
+    );
+    // Journaled, and restored into the fleet's figures.
+    ask(
+        &mut h,
+        AdminRequest::Cordon {
+            node: "a".into(),
+            on: true,
+            reason: String::new(),
+        },
+    );
+    let mut h2 = H::new(cfg_with(short_windows));
+    h2.core.restore(journaled(&h));
+    quiet_fleet(&mut h2, QUIET);
+    assert!(h2.core.cordons().contains("a"));
+    assert!(
+        h2.core
+            .candidates(&g("d1", "small"), "", h2.now)
+            .iter()
+            .all(|c| c.name != "a")
+    );
+    let _ = Cordon::describe;
+    let _ = Pause::describe;
+}
+
+#[test]
+fn a_maintenance_drain_empties_the_node_and_keeps_it_cordoned() {
+    let mut h = H::new(cfg_with(short_windows));
+    quiet_fleet(&mut h, &[("a", 60), ("b", 60), ("c", 30)]);
+    let (r, acts) = ask(
+        &mut h,
+        AdminRequest::Drain {
+            node: "c".into(),
+            keep: true,
+        },
+    );
+    assert!(
+        r.ok && r.message.contains("for maintenance"),
+        "{}",
+        r.message
+    );
+    let op = OpId::from(r.data["op"].as_str().unwrap());
+    let (_, _, cmd, _) = sends(&acts).pop().unwrap();
+    let a = done(
+        &mut h,
+        &op,
+        cmd,
+        "cmd.deactivate",
+        CommandResult::Deactivated { gears: vec![] },
+    );
+    assert!(calls(&a).is_empty(), "no removal: {a:?}");
+    h.advance(1);
+    let mut empty = rep("c", "d1", "small", 100, 0, 0);
+    empty.active = false;
+    h.report(empty);
+    let d = down(&h, &op);
+    assert_eq!((d.step, d.end), (DownStep::Done, Some(DownEnd::Kept)));
+    assert!(
+        h.out
+            .iter()
+            .any(|x| matches!(x, Action::Decide(d) if d.decision == DecisionKind::Drained))
+    );
+    assert!(
+        calls(&h.out)
+            .iter()
+            .all(|c| !matches!(c.1, HandlerCall::Remove(_)))
+    );
+    let c = h.core.cordons().get("c").unwrap();
+    assert_eq!(
+        (c.by.as_str(), c.op.as_deref()),
+        ("alice", Some(op.as_str()))
+    );
+    assert!(
+        h.core
+            .group_state(&g("d1", "small"))
+            .memory
+            .last_scale_down
+            .is_some()
+    );
+    // The policy never picks it (inactive would come first otherwise).
+    let a = h.eval();
+    assert!(decisions(&a).iter().all(|d| d.2.as_deref() != Some("c")));
+    // activate: cmd.activate and the cordon lifted.
+    let (r, acts) = ask(&mut h, AdminRequest::Activate { node: "c".into() });
+    assert!(
+        r.ok && r.message.contains("cmd.activate sent to c")
+            && r.message.contains("no longer cordoned"),
+        "{}",
+        r.message
+    );
+    assert!(matches!(sends(&acts)[0].3, Message::Activate(_)));
+    assert!(!h.core.cordons().contains("c"));
+    // An active, uncordoned node cannot be activated.
+    assert!(
+        !ask(&mut h, AdminRequest::Activate { node: "a".into() })
+            .0
+            .ok
+    );
+}
+
+/// Three quiet nodes in `district`.
+fn quiet_fleet_in(h: &mut H, district: &str) {
+    for (n, l) in QUIET {
+        h.node(&format!("{district}-{n}"), district, *l, 100);
+    }
+}

@@ -63,7 +63,7 @@ impl ScaleDown {
                 // The node may already have reported empty.
                 match cx.facts.fleet.get(&self.node) {
                     Some(e) if e.total_gears() == 0 && e.received >= now => {
-                        out.then(self.enter_removing(cx, now))
+                        out.then(self.emptied(cx, now))
                     }
                     _ => out,
                 }
@@ -90,7 +90,7 @@ impl ScaleDown {
             return Out::none();
         }
         if total_gears == 0 {
-            self.enter_removing(cx, now)
+            self.emptied(cx, now)
         } else if !busy {
             let why = format!(
                 "{} still reports {total_gears} gears after its evacuation",
@@ -99,6 +99,15 @@ impl ScaleDown {
             self.next_round(cx, why, now)
         } else {
             Out::none()
+        }
+    }
+
+    /// The node is confirmed empty: remove it, or keep it (maintenance).
+    fn emptied(&mut self, cx: &mut DownCtx<'_>, now: DateTime<Utc>) -> DownOut {
+        if self.keep {
+            self.end(super::DownEnd::Kept)
+        } else {
+            self.enter_removing(cx, now)
         }
     }
 
@@ -137,7 +146,7 @@ impl ScaleDown {
                 .get(&self.node)
                 .is_some_and(|e| e.total_gears() == 0)
             {
-                return out.then(self.enter_removing(cx, now));
+                return out.then(self.emptied(cx, now));
             }
             return out;
         }

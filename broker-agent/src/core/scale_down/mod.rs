@@ -2,7 +2,9 @@
 //!
 //! `Deactivating -> (Inventorying) -> Evacuating -> ConfirmingEmpty ->
 //! Removing -> ConfirmingGone -> Done(Removed)`; an abort or a drain cancel
-//! goes through `Reactivating` to `Done(Aborted|Cancelled)`.
+//! goes through `Reactivating` to `Done(Aborted|Cancelled)`. A maintenance
+//! drain (`keep`) ends at `ConfirmingEmpty -> Done(Kept)`: the node stays,
+//! empty and inactive.
 //!
 //! [`ScaleDown::step`] is the machine: `(state, input, now) -> (state,
 //! effects)`. It reads the fleet and the other operations through
@@ -71,6 +73,9 @@ pub struct ScaleDown {
     pub node: String,
     /// Who chose it.
     pub origin: Origin,
+    /// A maintenance drain: the emptied node is kept, not removed.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub keep: bool,
     /// Where it is.
     pub step: DownStep,
     /// Envelope id of the command of the current step.
@@ -176,6 +181,8 @@ pub enum DownEnd {
     },
     /// Pressure returned; the node is active again.
     Cancelled,
+    /// A maintenance drain emptied the node; it stays, inactive.
+    Kept,
     /// Could not finish nor re-activate: needs an operator.
     Failed {
         /// Why.
@@ -190,6 +197,7 @@ impl DownEnd {
             DownEnd::Removed => "removed",
             DownEnd::Aborted { .. } => "aborted",
             DownEnd::Cancelled => "cancelled",
+            DownEnd::Kept => "kept",
             DownEnd::Failed { .. } => "failed",
         }
     }
@@ -262,6 +270,7 @@ impl ScaleDown {
         ScaleDown {
             node: node.to_string(),
             origin,
+            keep: false,
             step: DownStep::Deactivating,
             cmd: None,
             cmd_sent: None,
@@ -481,6 +490,10 @@ impl ScaleDown {
         let node = &self.node;
         let (kind, reason) = match &end {
             DownEnd::Removed => (DecisionKind::Removed, format!("{node} is empty and gone")),
+            DownEnd::Kept => (
+                DecisionKind::Drained,
+                format!("{node} is empty and kept, inactive and cordoned, for maintenance"),
+            ),
             DownEnd::Cancelled => (
                 DecisionKind::DrainCancelled,
                 format!("{node} is active again: scale-up pressure returned during its drain"),

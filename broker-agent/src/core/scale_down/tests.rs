@@ -291,3 +291,64 @@ fn returning_pressure_cancels_the_drain_instead_of_booting_a_node() {
 }
 
 mod machine;
+
+#[test]
+fn cancelled_and_failed_drains_set_the_scale_down_cooldown() {
+    // Cancelled: pressure returned during the drain.
+    let mut h = H::new(cfg_with(short_windows));
+    let (op, _) = start_drain(&mut h);
+    h.advance(10);
+    h.node("a", "d1", 95, 100);
+    h.node("b", "d1", 95, 100);
+    let mut c = rep("c", "d1", "small", 100, 10, 0);
+    c.active = false;
+    h.report(c);
+    let (_, _, act, _) = sends(&h.eval()).pop().unwrap();
+    done(&mut h, &op, act, "cmd.activate", CommandResult::Activated);
+    assert_eq!(down(&h, &op).end, Some(DownEnd::Cancelled));
+    let m = h.core.group_state(&g("d1", "small")).memory;
+    assert_eq!(m.last_scale_down, Some(h.now));
+    // Aborted by an operator: the failure cooldown and the scale-down one.
+    let mut h = H::new(cfg_with(short_windows));
+    let (op, _) = start_drain(&mut h);
+    let a = h.core.operator_abort(op.as_str(), "bob", h.now).unwrap();
+    let (_, _, cmd, _) = sends(&a).pop().unwrap();
+    done(&mut h, &op, cmd, "cmd.activate", CommandResult::Activated);
+    let m = h.core.group_state(&g("d1", "small")).memory;
+    assert_eq!(
+        (m.last_failure, m.last_scale_down),
+        (Some(h.now), Some(h.now))
+    );
+    // So the next evaluation does not drain again at once.
+    refresh(&mut h, 60, QUIET);
+    let a = h.eval();
+    assert!(kinds(&a).is_empty());
+    assert!(!rule(explain(&a, "d1"), "cooldown_after_scale_down").ok);
+}
+
+/// While a cancelled drain's node is being re-activated, its free slots
+/// count as capacity on the way back: an evaluation in between asks for no
+/// new node (the cancel already answered the pressure).
+#[test]
+fn a_node_being_reactivated_counts_as_capacity() {
+    let mut h = H::new(cfg_with(short_windows));
+    let (op, _) = start_drain(&mut h);
+    h.advance(10);
+    h.node("a", "d1", 95, 100);
+    h.node("b", "d1", 95, 100);
+    let mut c = rep("c", "d1", "small", 100, 10, 0);
+    c.active = false;
+    h.report(c);
+    let a = h.eval();
+    assert!(
+        a.iter()
+            .any(|x| matches!(x, Action::Explain(e) if e.summary.contains("PROFILE_THRESHOLD"))),
+        "the cancel says why: {a:?}"
+    );
+    assert_eq!(down(&h, &op).step, DownStep::Reactivating { cancel: true });
+    // Another report, another evaluation before the node answers.
+    h.advance(1);
+    h.node("a", "d1", 95, 100);
+    let a = h.eval();
+    assert!(kinds(&a).is_empty(), "{:?}", kinds(&a));
+}

@@ -16,7 +16,7 @@ fn decode_all(bytes: &[u8]) -> Result<Vec<Item>, FrameError> {
 fn frame(item: &Item) -> &Frame {
     match item {
         Item::Frame(f) => f,
-        Item::HeartBeat => panic!("heart-beat"),
+        other => panic!("not a frame: {other:?}"),
     }
 }
 
@@ -249,4 +249,98 @@ fn refuses_what_cannot_be_encoded() {
         })
     );
     assert!(dst.is_empty(), "nothing written on error");
+}
+
+/// Feeds `wire` in chunks of `size` to a skipping decoder; every item, and
+/// the largest buffer it ever held.
+fn skim(wire: &[u8], limits: Limits, size: usize) -> (Result<Vec<Item>, FrameError>, usize) {
+    let mut d = FrameDecoder::skipping_oversized(limits);
+    let mut buf = BytesMut::new();
+    let mut out = vec![];
+    let mut held = 0;
+    for chunk in wire.chunks(size.max(1)) {
+        buf.extend_from_slice(chunk);
+        held = held.max(buf.len());
+        loop {
+            match d.decode(&mut buf) {
+                Ok(Some(item)) => out.push(item),
+                Ok(None) => break,
+                Err(e) => return (Err(e), held),
+            }
+        }
+    }
+    assert!(buf.is_empty(), "left over: {buf:?}");
+    (Ok(out), held)
+}
+
+#[test]
+fn a_skipping_decoder_drops_oversized_bodies_and_goes_on() {
+    let limits = Limits {
+        max_frame: 400,
+        max_headers: 8,
+        max_header_line: 100,
+        max_body: 50,
+    };
+    let big = [b'x'; 1000];
+    let with_length = [
+        b"MESSAGE\nsubscription:s1\nack:a1\ncontent-length:1000\n\n".as_slice(),
+        &big,
+        b"\0\nMESSAGE\nsubscription:s1\nack:a2\n\nsmall\0",
+    ]
+    .concat();
+    let without_length = [
+        b"MESSAGE\nsubscription:s1\nack:a1\n\n".as_slice(),
+        &big,
+        b"\0\nMESSAGE\nsubscription:s1\nack:a2\ncontent-length:5\n\nsmall\0",
+    ]
+    .concat();
+    for wire in [with_length, without_length] {
+        let whole = skim(&wire, limits, wire.len()).0.unwrap();
+        assert_eq!(whole.len(), 3, "{whole:?}");
+        match &whole[0] {
+            Item::TooLarge { frame, size } => {
+                assert_eq!(*size, 1000);
+                assert_eq!(frame.get("ack"), Some("a1"));
+                assert!(frame.body.is_empty());
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(whole[1], Item::HeartBeat);
+        assert_eq!(&frame(&whole[2]).body[..], b"small");
+        // The same at every chunk size; the body is never held whole.
+        for size in 1..wire.len() {
+            let (items, held) = skim(&wire, limits, size);
+            assert_eq!(items.unwrap(), whole, "chunks of {size}");
+            if size < 100 {
+                assert!(held < 300, "held {held} bytes with chunks of {size}");
+            }
+        }
+    }
+    // A wrong byte after a skipped content-length body is still an error,
+    // and the plain decoder keeps refusing oversized bodies.
+    let bad = [b"SEND\ncontent-length:60\n\n".as_slice(), &[b'y'; 61]].concat();
+    assert_eq!(skim(&bad, limits, 7).0, Err(FrameError::MissingNul(60)));
+    let mut plain = FrameDecoder::new(limits);
+    let mut buf = BytesMut::from(&b"SEND\ncontent-length:60\n\n"[..]);
+    assert_eq!(
+        plain.decode(&mut buf),
+        Err(FrameError::BodyTooLarge {
+            size: 60,
+            limit: 50
+        })
+    );
+    // A skipped frame cannot be encoded.
+    let item = Item::TooLarge {
+        frame: Frame::new(Command::Message),
+        size: 60,
+    };
+    assert!(
+        encode(
+            &item,
+            &mut BytesMut::new(),
+            EncodeOptions::default(),
+            &limits
+        )
+        .is_err()
+    );
 }

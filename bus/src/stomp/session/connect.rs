@@ -1,13 +1,18 @@
 //! Opening a session (STOMP 1.2, no socket): the CONNECT frame, heart-beat
-//! negotiation, and how the broker's answers are classified.
+//! negotiation, the broker's flavor, and how its answers are classified.
 
 use std::time::Duration;
 
 use crate::error::BusError;
 use crate::stomp::frame::{Command, Frame};
+use crate::url::StompFlavor;
 
-/// A peer is declared dead after this many of its heart-beat intervals of silence.
-pub const PEER_SILENCE_FACTOR: u32 = 2;
+/// A peer is declared dead after this many of its heart-beat intervals of
+/// silence. Three, because ActiveMQ sends its first beat two intervals after
+/// CONNECTED and then one every interval exactly (measured): two would call
+/// it dead at the first ordinary jitter. ActiveMQ itself drops a client
+/// after three silent intervals; the margin is one whole interval.
+pub const PEER_SILENCE_FACTOR: u32 = 3;
 
 /// What the two sides agreed on (STOMP 1.2, "Heart-beating").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -73,10 +78,38 @@ pub fn error_text(frame: &Frame) -> String {
     let message = frame.get("message").unwrap_or("error");
     let body = String::from_utf8_lossy(&frame.body);
     let body: String = body.trim().chars().take(512).collect();
-    if body.is_empty() {
+    // ActiveMQ repeats the message as the body.
+    if body.is_empty() || body == message {
         message.to_string()
     } else {
         format!("{message}: {body}")
+    }
+}
+
+/// Which flavor the session speaks: the one the URL names (`named`), the
+/// one the CONNECTED frame's `server` header names, or RabbitMQ when
+/// neither says. A named flavor the server contradicts is an error, not
+/// retried: the destinations would be wrong on every connection.
+pub fn resolve_flavor(
+    named: Option<StompFlavor>,
+    server: Option<&str>,
+    endpoint: &str,
+) -> Result<StompFlavor, BusError> {
+    let detected = server.and_then(StompFlavor::from_server);
+    match (named, detected) {
+        (Some(n), Some(d)) if n != d => Err(BusError::Url {
+            url: format!("stomp://{endpoint}?flavor={}", n.name()),
+            reason: format!(
+                "the URL names flavor={} but the broker at {endpoint} is {} (the `server` \
+                 header of its CONNECTED frame): use ?flavor={} or leave it out to detect it",
+                n.name(),
+                server.unwrap_or_default(),
+                d.name()
+            ),
+        }),
+        (Some(n), _) => Ok(n),
+        (None, Some(d)) => Ok(d),
+        (None, None) => Ok(StompFlavor::RabbitMq),
     }
 }
 
@@ -122,7 +155,7 @@ mod tests {
         let hb = negotiate(s(5), Some("1000,10000")).unwrap();
         assert_eq!(hb.send_every, Some(s(10)));
         assert_eq!(hb.expect_every, Some(s(5)));
-        assert_eq!(hb.peer_timeout(), Some(s(10)));
+        assert_eq!(hb.peer_timeout(), Some(s(15)), "three of its intervals");
         // Server cannot send or does not want any.
         let hb = negotiate(s(5), Some("0,0")).unwrap();
         assert_eq!(hb, HeartBeats::default());
@@ -134,6 +167,37 @@ mod tests {
         );
         assert!(negotiate(s(1), Some("x")).is_err());
         assert_eq!(heart_beat_header(ms(2500)), "2500,2500");
+    }
+
+    #[test]
+    fn the_flavor_comes_from_the_url_or_the_server() {
+        use StompFlavor::{ActiveMq, RabbitMq};
+        let amq = Some("ActiveMQ/5.17.2");
+        let rmq = Some("RabbitMQ/3.10.8");
+        assert_eq!(resolve_flavor(None, amq, "h:1").unwrap(), ActiveMq);
+        assert_eq!(resolve_flavor(None, rmq, "h:1").unwrap(), RabbitMq);
+        assert_eq!(resolve_flavor(None, None, "h:1").unwrap(), RabbitMq);
+        assert_eq!(
+            resolve_flavor(None, Some("Other/1"), "h:1").unwrap(),
+            RabbitMq
+        );
+        assert_eq!(
+            resolve_flavor(Some(ActiveMq), None, "h:1").unwrap(),
+            ActiveMq
+        );
+        assert_eq!(
+            resolve_flavor(Some(ActiveMq), amq, "h:1").unwrap(),
+            ActiveMq
+        );
+        let e = resolve_flavor(Some(RabbitMq), amq, "h:1").unwrap_err();
+        assert!(matches!(e, BusError::Url { .. }), "{e}");
+        assert!(!e.is_retryable());
+        let text = e.to_string();
+        assert!(
+            text.contains("flavor=rabbitmq") && text.contains("ActiveMQ/5.17.2"),
+            "{text}"
+        );
+        assert!(resolve_flavor(Some(ActiveMq), rmq, "h:1").is_err());
     }
 
     #[test]
@@ -156,5 +220,9 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+        let repeated = Frame::new(Command::Error)
+            .header("message", "User x is not authorized")
+            .body(&b"User x is not authorized"[..]);
+        assert_eq!(error_text(&repeated), "User x is not authorized");
     }
 }

@@ -22,6 +22,9 @@ pub(crate) enum Done<C> {
     Caller(C),
     /// The restoration after a reconnect.
     Restore,
+    /// Another try of SUBSCRIBEs the broker refused during a restoration
+    /// (or an earlier retry), after a backoff.
+    Retry,
 }
 
 /// Frames sent together, each with a receipt; done when every receipt arrived.
@@ -64,15 +67,29 @@ impl<C: Caller> Batch<C> {
         }
     }
 
+    /// Retries the SUBSCRIBE `frames` of subscription `sub`.
+    pub(super) fn retry(sub: u64, frames: Vec<Frame>) -> Self {
+        Batch {
+            sub: Some(sub),
+            done: Done::Retry,
+            ..Self::restore(frames)
+        }
+    }
+
     pub(super) fn abandoned(&self) -> bool {
         match &self.done {
             Done::Caller(c) => c.gave_up(),
-            Done::Restore => false,
+            Done::Restore | Done::Retry => false,
         }
     }
 
     pub(super) fn is_restore(&self) -> bool {
         matches!(self.done, Done::Restore)
+    }
+
+    /// Made by the session itself, not waited for by a caller.
+    pub(super) fn is_internal(&self) -> bool {
+        matches!(self.done, Done::Restore | Done::Retry)
     }
 }
 
@@ -94,6 +111,9 @@ pub(super) struct Sub {
     pub active: bool,
     /// Ack ids delivered on the current connection and not settled.
     pub unacked: HashSet<String>,
+    /// Ids of its SUBSCRIBEs the broker refused on this connection; each is
+    /// tried again after a backoff.
+    pub refused: HashSet<String>,
 }
 
 impl From<SubSpec> for Sub {
@@ -103,6 +123,7 @@ impl From<SubSpec> for Sub {
             manual: s.manual,
             active: false,
             unacked: HashSet::new(),
+            refused: HashSet::new(),
         }
     }
 }
@@ -175,6 +196,9 @@ pub(crate) struct Message {
     pub frame: Frame,
     /// Who acknowledges it, with its ack id.
     pub ack: AckBy,
+    /// The body was over the limit and skipped (its size in bytes); the
+    /// session already acknowledged the message.
+    pub too_large: Option<usize>,
 }
 
 /// What the session asks of its driver, in order.
@@ -198,6 +222,9 @@ pub(crate) struct Lost {
     pub reason: String,
     /// The broker's ERROR, if it sent one: the error of the calls it fails.
     pub error: Option<BusError>,
+    /// The session gives the connection up on purpose (to get deliveries
+    /// back), not because anything failed: no reason to back off.
+    pub recycle: bool,
 }
 
 impl Lost {
@@ -206,6 +233,7 @@ impl Lost {
         Lost {
             reason: reason.into(),
             error: None,
+            recycle: false,
         }
     }
 }

@@ -1,35 +1,51 @@
 //! The STOMP 1.2 session without I/O, in the manner of rumqtt's `state.rs`.
 //!
 //! - [`connect`] (re-exported here): the CONNECT frame, heart-beat
-//!   negotiation, and how the broker's answers are classified.
+//!   negotiation, flavor detection, and how the broker's answers are classified.
 //! - `StompSession` (crate-private): the state of a session across
 //!   connections: subscriptions and their ids, receipts awaited, unacked
-//!   deliveries per subscription, the heart-beat clock, and what to send
-//!   again after a reconnect. Its methods take requests, frames and `now`,
-//!   and queue outputs (frames to write, answers to callers, deliveries,
-//!   events) for the driver, which owns the socket and the timers and only
-//!   moves bytes.
+//!   deliveries per subscription, the heart-beat clock, refused destinations
+//!   and their backoff, and what to send again after a reconnect. Its
+//!   methods take requests, frames and `now`, and queue outputs (frames to
+//!   write, answers to callers, deliveries, events) for the driver, which
+//!   owns the socket and the timers and only moves bytes.
 //!
 //! ## Layout
 //! - this file: the machine's state, connection lifecycle and requests.
-//! - `inbound`: RECEIPT, MESSAGE and ERROR frames.
+//! - `send`: batches, receipts, and batches held back for a refused destination.
+//! - `inbound`: RECEIPT, MESSAGE (oversized ones too) and ERROR frames.
+//! - `settle`: cancellations, ACK/NACK, ActiveMQ's requeue by subscribing again.
 //! - `heart`: the heart-beat clock of one connection.
 //! - `io`: requests, batches and outputs (the machine's vocabulary).
-//! - `tests`: plain `#[test]`s with a made-up clock.
+//! - `tests`, `tests_flavors`: plain `#[test]`s with a made-up clock.
+//!
+//! ## Refusals
+//! An ERROR that names the receipt of a SUBSCRIBE or SEND is a refusal of
+//! that destination (ActiveMQ keeps the connection; RabbitMQ closes it). A
+//! caller's refused batch fails with [`BusError::Server`]; a restored
+//! subscription's refused SUBSCRIBE is tried again after a backoff, without
+//! holding up the restoration. Either way the destination is remembered:
+//! further batches naming it wait until its backoff is over, so a caller
+//! that retries at once still reaches the broker only once per backoff step,
+//! and each refusal is logged once. An attempt that succeeds clears it.
 
 pub mod connect;
 mod heart;
 mod inbound;
 mod io;
+mod send;
+mod settle;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_flavors;
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::Instant;
 
 pub use self::connect::{
     HeartBeats, PEER_SILENCE_FACTOR, check_connected, connect_frame, error_text, heart_beat_header,
-    negotiate, parse_heart_beat,
+    negotiate, parse_heart_beat, resolve_flavor,
 };
 pub(crate) use self::io::{
     AckBy, Batch, Caller, Done, Lost, Message, Output, Request, SubSpec, Verdict,
@@ -39,8 +55,10 @@ use self::heart::{Beat, Clock};
 use self::io::Sub;
 use super::frame::{Command, Frame};
 use super::parse::Item;
-use crate::api::BusEvent;
+use crate::backoff::Backoff;
 use crate::error::BusError;
+use crate::health::{BusHealth, Refusals};
+use crate::url::StompFlavor;
 
 /// A batch of frames is sent at most this many times (connections lost
 /// before its receipts).
@@ -59,15 +77,25 @@ struct InFlight<C> {
     waiting: usize,
 }
 
+/// A receipt awaited: frame `frame` of batch `batch`.
+#[derive(Debug, Clone, Copy)]
+struct Awaited {
+    batch: u64,
+    frame: usize,
+}
+
 /// The session state across connections; `C` is whoever waits for a batch.
 pub(crate) struct StompSession<C> {
     /// `host:port`, for errors and logs.
     endpoint: String,
+    flavor: StompFlavor,
     subs: HashMap<u64, Sub>,
     /// STOMP subscription id -> subscription key.
     sub_ids: HashMap<String, u64>,
     /// Batches waiting for a connection (or for the restoration to finish).
     queued: VecDeque<Batch<C>>,
+    /// Batches naming a refused destination, held until its backoff is over.
+    deferred: Vec<(Instant, Batch<C>)>,
     /// Transient queue declarations, repeated after every reconnect.
     redeclare: Vec<Vec<Frame>>,
     /// Connection generation; deliveries of an older one cannot be settled.
@@ -76,40 +104,51 @@ pub(crate) struct StompSession<C> {
     connected_before: bool,
     next_receipt: u64,
     next_batch: u64,
+    /// Subscriptions renewed to requeue on ActiveMQ, for fresh ids.
+    resubscribes: u64,
     inflight: HashMap<u64, InFlight<C>>,
-    /// Receipt id -> batch number.
-    receipts: HashMap<String, u64>,
+    receipts: HashMap<String, Awaited>,
     /// UNSUBSCRIBEs sent on this connection whose RECEIPT has not come yet.
     unsubscribing: HashSet<String>,
     /// Deliveries that reached a cancelled subscription on this connection.
     /// RabbitMQ refuses to settle them once the UNSUBSCRIBE is processed
     /// (ERROR "Subscription not found", which would close the session), and
     /// keeps them unacknowledged until the connection ends: so once the
-    /// cancellations are confirmed, the connection is recycled to give them back.
+    /// cancellations are confirmed, the connection is recycled to give them
+    /// back. Never counted on ActiveMQ, which gives them back on UNSUBSCRIBE.
     stranded: usize,
+    refusals: Refusals,
+    /// Messages over the size limit, skipped and acknowledged.
+    too_large: u64,
     /// The current connection's heart-beats; `None` while disconnected.
     clock: Option<Clock>,
     out: VecDeque<Output<C>>,
 }
 
 impl<C: Caller> StompSession<C> {
-    /// A session with no connection yet; `endpoint` names the broker in errors.
-    pub fn new(endpoint: impl Into<String>) -> Self {
+    /// A session with no connection yet; `endpoint` names the broker in
+    /// errors, `flavor` its quirks, `retry` the backoff of refused destinations.
+    pub fn new(endpoint: impl Into<String>, flavor: StompFlavor, retry: Backoff) -> Self {
         StompSession {
             endpoint: endpoint.into(),
+            flavor,
             subs: HashMap::new(),
             sub_ids: HashMap::new(),
             queued: VecDeque::new(),
+            deferred: Vec::new(),
             redeclare: Vec::new(),
             generation: 1,
             reconnects: 0,
             connected_before: false,
             next_receipt: 0,
             next_batch: 0,
+            resubscribes: 0,
             inflight: HashMap::new(),
             receipts: HashMap::new(),
             unsubscribing: HashSet::new(),
             stranded: 0,
+            refusals: Refusals::new(retry),
+            too_large: 0,
             clock: None,
             out: VecDeque::new(),
         }
@@ -125,23 +164,31 @@ impl<C: Caller> StompSession<C> {
         self.clock.is_some()
     }
 
-    fn lost_error(&self, reason: impl std::fmt::Display) -> BusError {
-        BusError::Connect {
-            endpoint: self.endpoint.clone(),
-            reason: reason.to_string(),
-        }
+    /// What the session knows of its health.
+    pub fn health(&self) -> BusHealth {
+        let mut h = BusHealth {
+            connected: self.is_connected() && !self.restoring(),
+            too_large_total: self.too_large,
+            ..BusHealth::default()
+        };
+        self.refusals.report(&mut h);
+        h
     }
 
     /// A connection was made (CONNECTED received, `hb` negotiated). After a
     /// loss, every declaration to repeat and every confirmed subscription is
     /// sent again first (one batch); calls wait until it is confirmed, then
-    /// [`BusEvent::Connected`] is reported.
+    /// [`crate::BusEvent::Connected`] is reported.
     pub fn connected(&mut self, hb: HeartBeats, now: Instant) {
         self.clock = Some(Clock::new(hb, now));
         if self.connected_before {
             let mut frames: Vec<Frame> = self.redeclare.iter().flatten().cloned().collect();
-            for s in self.subs.values().filter(|s| s.active) {
-                frames.extend(s.frames.iter().cloned());
+            let mut keys: Vec<u64> = self.subs.keys().copied().collect();
+            keys.sort_unstable();
+            for k in keys {
+                if let Some(s) = self.subs.get(&k).filter(|s| s.active) {
+                    frames.extend(s.frames.iter().cloned());
+                }
             }
             self.send_batch(Batch::restore(frames), now);
         }
@@ -161,13 +208,16 @@ impl<C: Caller> StompSession<C> {
         self.stranded = 0;
         for s in self.subs.values_mut() {
             s.unacked.clear();
+            // The restoration sends them again.
+            s.refused.clear();
         }
+        self.deferred.retain(|(_, b)| !b.is_internal());
         let mut inflight: Vec<(u64, InFlight<C>)> = self.inflight.drain().collect();
         inflight.sort_by_key(|(n, _)| *n);
         let mut requeue = Vec::new();
         for (_, f) in inflight {
             let mut b = f.batch;
-            if b.is_restore() {
+            if b.is_internal() {
                 continue;
             }
             b.attempts += 1;
@@ -198,7 +248,11 @@ impl<C: Caller> StompSession<C> {
             self.finish(f.batch, Err(BusError::Closed));
         }
         let queued: Vec<Batch<C>> = self.queued.drain(..).collect();
-        for b in queued {
+        let deferred = std::mem::take(&mut self.deferred);
+        for b in queued
+            .into_iter()
+            .chain(deferred.into_iter().map(|(_, b)| b))
+        {
             self.finish(b, Err(BusError::Closed));
         }
         let mut keys: Vec<u64> = self.subs.keys().copied().collect();
@@ -259,96 +313,20 @@ impl<C: Caller> StompSession<C> {
         }
     }
 
-    fn unsubscribe(&mut self, key: u64, now: Instant) {
-        let Some(sub) = self.remove_sub(key) else {
-            return;
-        };
-        // What the application never settled cannot be given back by NACK
-        // here: RabbitMQ would redeliver it at once to the consumer being
-        // cancelled and then fail on it with ERROR "Subscription not found".
-        // It stays unacknowledged until the connection is recycled (see
-        // `stranded`).
-        self.stranded += sub.unacked.len();
-        for f in &sub.frames {
-            if let Some(id) = f.get("id") {
-                self.next_receipt += 1;
-                let receipt = format!("unsub-{}", self.next_receipt);
-                self.unsubscribing.insert(receipt.clone());
-                let u = Frame::new(Command::Unsubscribe)
-                    .header("id", id)
-                    .header("receipt", receipt);
-                self.write(Item::Frame(u), now);
-            }
-        }
-    }
-
-    fn settle(
-        &mut self,
-        generation: u64,
-        sub: u64,
-        ack_id: String,
-        verdict: Verdict,
-        caller: Option<C>,
-        now: Instant,
-    ) {
-        if generation != self.generation {
-            if let Some(c) = caller {
-                let e = self.lost_error(
-                    "the delivery belongs to a lost connection; the broker delivers it again",
-                );
-                self.out.push_back(Output::Finish(c, Err(e)));
-            }
-            return;
-        }
-        // A delivery whose subscription was cancelled stays with the broker
-        // until the connection is recycled; settling it now would make
-        // RabbitMQ answer ERROR "Subscription not found" and close the
-        // connection. Likewise a second settle of one id.
-        let pending = match self.subs.get_mut(&sub) {
-            None => false,
-            Some(s) if s.manual => s.unacked.remove(&ack_id),
-            // `subscribe` deliveries are acknowledged by their forwarder.
-            Some(_) => true,
-        };
-        if !pending {
-            if let Some(c) = caller {
-                let e = self.lost_error(
-                    "the delivery's subscription was cancelled or it was already settled; \
-                     the broker delivers it again",
-                );
-                self.out.push_back(Output::Finish(c, Err(e)));
-            }
-            return;
-        }
-        let f = match verdict {
-            Verdict::Ack => Frame::new(Command::Ack).header("id", ack_id),
-            Verdict::Nack { requeue } => Frame::new(Command::Nack)
-                .header("id", ack_id)
-                .header("requeue", if requeue { "true" } else { "false" }),
-        };
-        match caller {
-            Some(c) => {
-                let mut b = Batch::new(vec![f], c);
-                b.retry = false;
-                self.send_batch(b, now);
-            }
-            None => self.write(Item::Frame(f), now),
-        }
-    }
-
-    /// A delivery handed out as [`AckBy::Forwarder`] found its subscription
-    /// gone: it stays unacknowledged until the connection is recycled.
-    pub fn undelivered(&mut self) {
-        self.stranded += 1;
-    }
-
-    /// When the driver's timer should next fire ([`StompSession::timer`]).
+    /// When the driver's timer should next fire ([`StompSession::timer`]):
+    /// a heart-beat, the broker's silence, or a held batch.
     pub fn next_deadline(&self) -> Option<Instant> {
-        self.clock.as_ref()?.next_deadline()
+        let clock = self.clock.as_ref()?;
+        let held = self.deferred.iter().map(|(t, _)| *t).min();
+        match (clock.next_deadline(), held) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
-    /// The timer fired: send a heart-beat if due; `Err` once the broker was
-    /// silent for [`PEER_SILENCE_FACTOR`] of its intervals.
+    /// The timer fired: send a heart-beat if due, and the held batches whose
+    /// backoff is over; `Err` once the broker was silent for
+    /// [`PEER_SILENCE_FACTOR`] of its intervals.
     pub fn timer(&mut self, now: Instant) -> Result<(), Lost> {
         let Some(clock) = &self.clock else {
             return Ok(());
@@ -356,6 +334,7 @@ impl<C: Caller> StompSession<C> {
         if clock.due(now)? == Beat::Send {
             self.write(Item::HeartBeat, now);
         }
+        self.release_deferred(now);
         Ok(())
     }
 
@@ -396,63 +375,5 @@ impl<C: Caller> StompSession<C> {
         while let Some(b) = self.queued.pop_front() {
             self.send_batch(b, now);
         }
-    }
-
-    /// Sends a batch, each frame with its own receipt.
-    fn send_batch(&mut self, batch: Batch<C>, now: Instant) {
-        if batch.abandoned() {
-            if let Some(key) = batch.sub {
-                self.remove_sub(key);
-            }
-            return;
-        }
-        if let Some(key) = batch.sub
-            && !self.subs.contains_key(&key)
-        {
-            // Its subscription was dropped while the batch waited.
-            self.finish(batch, Err(BusError::Closed));
-            return;
-        }
-        if batch.redeclare && batch.attempts == 0 {
-            self.redeclare.push(batch.frames.clone());
-        }
-        let n = self.next_batch;
-        self.next_batch += 1;
-        let mut sent = Vec::with_capacity(batch.frames.len());
-        for f in &batch.frames {
-            self.next_receipt += 1;
-            let r = format!("r{}", self.next_receipt);
-            self.receipts.insert(r.clone(), n);
-            sent.push(f.clone().header("receipt", r));
-        }
-        let waiting = sent.len();
-        self.inflight.insert(n, InFlight { batch, waiting });
-        if waiting == 0 {
-            self.complete(n);
-            return;
-        }
-        for f in sent {
-            self.write(Item::Frame(f), now);
-        }
-    }
-
-    fn complete(&mut self, n: u64) {
-        let Some(f) = self.inflight.remove(&n) else {
-            return;
-        };
-        let batch = f.batch;
-        if let Some(key) = batch.sub
-            && let Some(s) = self.subs.get_mut(&key)
-        {
-            s.active = true;
-        }
-        if batch.is_restore() {
-            self.reconnects += 1;
-            tracing::info!(endpoint = %self.endpoint, reconnects = self.reconnects, "STOMP connection restored");
-            self.out.push_back(Output::Event(BusEvent::Connected {
-                reconnects: self.reconnects,
-            }));
-        }
-        self.finish(batch, Ok(()));
     }
 }

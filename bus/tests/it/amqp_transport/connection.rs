@@ -203,7 +203,7 @@ impl Drop for Pki {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn amqps_with_a_private_ca_a_client_certificate_and_a_server_name() {
     let pki = Pki::new();
-    let proxy = Proxy::start(Some(pki.server.clone())).await;
+    let proxy = Proxy::start(broker_addr(), Some(pki.server.clone())).await;
     let url = url_via("amqps", proxy.addr);
     let opts = ConnectOptions {
         tls: pki.client(),

@@ -4,29 +4,27 @@
 //! subscriptions, reconnecting while publishing, client properties and
 //! heart-beat, and `amqps://` through an in-process TLS proxy with a private CA.
 //!
-//! Outages are made by an in-process TCP proxy between the bus and RabbitMQ,
-//! so that only this test's connections are cut. Tests whose name contains
+//! Outages are made by an in-process TCP proxy between the bus and RabbitMQ
+//! (`crate::proxy`), so that only this test's connections are cut. Tests whose name contains
 //! `disruptive` make the broker drop every connection.
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use gearshift_bus::{
     BusError, BusEvent, ConnectOptions, ConsumeOptions, Durability, OutMessage, QueueSpec,
     SharedBus, Subscription, TlsOptions,
 };
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{broadcast, watch};
+use tokio::net::TcpListener;
+use tokio::sync::broadcast;
 
 mod connection;
 mod outage;
-mod proxy;
 
-use self::proxy::Proxy;
+use crate::proxy::Proxy;
 use crate::rabbit::{amqp_url as broker_url, rabbitmqctl, uniq};
 
 const WAIT: Duration = Duration::from_secs(10);

@@ -1,12 +1,14 @@
 //! Outages: waiting through them, close, dropped subscriptions, publishing
 //! across a reconnect, silent brokers, deleted queues.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+
 use super::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn operations_wait_for_the_reconnect_and_consumers_resume() {
     let t = uniq();
-    let proxy = Proxy::start(None).await;
+    let proxy = Proxy::start(broker_addr(), None).await;
     let bus = connect(&url_via("amqp", proxy.addr), options("outage")).await;
     let mut events = bus.events();
     let spec = QueueSpec::durable(format!("gearshift.test.{t}"), vec![format!("{t}.cmd")]);
@@ -67,7 +69,7 @@ async fn operations_wait_for_the_reconnect_and_consumers_resume() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn operations_fail_after_op_timeout_while_the_broker_stays_away() {
-    let proxy = Proxy::start(None).await;
+    let proxy = Proxy::start(broker_addr(), None).await;
     let opts = ConnectOptions {
         op_timeout: Duration::from_millis(600),
         ..options("away")
@@ -100,7 +102,7 @@ async fn operations_fail_after_op_timeout_while_the_broker_stays_away() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn close_fails_pending_operations_ends_subscriptions_and_never_reconnects() {
     let t = uniq();
-    let proxy = Proxy::start(None).await;
+    let proxy = Proxy::start(broker_addr(), None).await;
     let bus = connect(&url_via("amqp", proxy.addr), options("close")).await;
     let mut events = bus.events();
     let spec = QueueSpec::durable(format!("gearshift.test.{t}"), vec![format!("{t}.cmd")]);
@@ -153,7 +155,7 @@ async fn drain(bus: &dyn gearshift_bus::Bus, spec: &QueueSpec) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropped_subscriptions_are_not_restored_after_a_reconnect() {
     let t = uniq();
-    let proxy = Proxy::start(None).await;
+    let proxy = Proxy::start(broker_addr(), None).await;
     let bus = connect(&url_via("amqp", proxy.addr), options("dropped")).await;
     let mut events = bus.events();
     let spec = QueueSpec::durable(format!("gearshift.test.{t}"), vec![format!("{t}.cmd")]);
@@ -209,7 +211,7 @@ async fn dropped_subscriptions_are_not_restored_after_a_reconnect() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reconnect_while_publishing_loses_no_confirmed_message() {
     let t = uniq();
-    let proxy = Proxy::start(None).await;
+    let proxy = Proxy::start(broker_addr(), None).await;
     let opts = ConnectOptions {
         op_timeout: Duration::from_secs(10),
         ..options("publisher")
@@ -338,7 +340,7 @@ async fn disruptive_subscriptions_survive_repeated_connection_drops() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_silent_broker_is_detected_by_heartbeats() {
     let t = uniq();
-    let proxy = Proxy::start(None).await;
+    let proxy = Proxy::start(broker_addr(), None).await;
     let opts = ConnectOptions {
         heartbeat: Duration::from_secs(1),
         ..options("heartbeat")

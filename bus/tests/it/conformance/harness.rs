@@ -6,6 +6,28 @@ use async_trait::async_trait;
 use gearshift_bus::memory::MemoryBroker;
 use gearshift_bus::{Bus, BusEvent, ConnectOptions, SharedBus};
 
+/// Where a broker's documented behaviour differs, so that each case states
+/// what it expects of each one.
+#[derive(Debug, Clone, Copy)]
+pub struct Quirks {
+    /// `nack(true)` gives back every delivery of the subscription not yet
+    /// settled, not only the nacked one (ActiveMQ: its NACK never requeues,
+    /// the transport subscribes again); their old handles cannot settle.
+    pub requeue_returns_every_unsettled: bool,
+    /// Queues can be bounded from the client (`QueueSpec::max_length`);
+    /// ActiveMQ refuses it as invalid.
+    pub bounded_queues: bool,
+}
+
+impl Default for Quirks {
+    fn default() -> Self {
+        Quirks {
+            requeue_returns_every_unsettled: false,
+            bounded_queues: true,
+        }
+    }
+}
+
 /// What the cases need from a transport.
 #[async_trait]
 pub trait Harness: Sync {
@@ -13,6 +35,10 @@ pub trait Harness: Sync {
     async fn bus(&self, name: &str) -> SharedBus;
     /// Makes the broker drop every connection.
     async fn drop_all_connections(&self);
+    /// How this broker differs.
+    fn quirks(&self) -> Quirks {
+        Quirks::default()
+    }
 }
 
 /// Connection options for tests: fast reconnects, short operation timeouts.
@@ -83,6 +109,48 @@ impl Harness for Real {
     }
     async fn drop_all_connections(&self) {
         crate::rabbit::rabbitmqctl(&["close_all_connections", "gearshift conformance test"]).await;
+    }
+}
+
+/// The private ActiveMQ of `scripts/setup-activemq`, through an in-process
+/// proxy: dropping every connection cuts only this test's.
+pub struct ActiveMq {
+    url: String,
+    proxy: tokio::sync::OnceCell<crate::proxy::Proxy>,
+}
+
+impl ActiveMq {
+    pub fn new() -> Self {
+        ActiveMq {
+            url: crate::activemq::url(),
+            proxy: tokio::sync::OnceCell::new(),
+        }
+    }
+}
+
+#[async_trait]
+impl Harness for ActiveMq {
+    async fn bus(&self, name: &str) -> SharedBus {
+        let proxy = self
+            .proxy
+            .get_or_init(|| async {
+                crate::proxy::Proxy::start(crate::activemq::stomp_addr(&self.url), None).await
+            })
+            .await;
+        let url = crate::activemq::url_via(&self.url, proxy.addr);
+        crate::activemq::connect(&url, test_options(name)).await
+    }
+    async fn drop_all_connections(&self) {
+        if let Some(p) = self.proxy.get() {
+            p.cut();
+            p.restore();
+        }
+    }
+    fn quirks(&self) -> Quirks {
+        Quirks {
+            requeue_returns_every_unsettled: true,
+            bounded_queues: false,
+        }
     }
 }
 

@@ -2,22 +2,28 @@
 //!
 //! `memory` runs in-process. `amqp` and `stomp` talk to the real RabbitMQ
 //! named by `GEARSHIFT_TEST_AMQP_URL` / `GEARSHIFT_TEST_STOMP_URL` (defaults:
-//! the local broker with guest/guest, as `scripts/setup-rabbitmq` prepares it).
+//! the local broker with guest/guest, as `scripts/setup-rabbitmq` prepares it);
+//! `activemq` to the private ActiveMQ Classic of `scripts/setup-activemq`
+//! (`GEARSHIFT_TEST_ACTIVEMQ_URL`, default: the URL in `target/activemq/url`).
 //! A missing broker is a test failure with a clear message, never a skip.
+//! Where the brokers differ, a case states what it expects of each
+//! ([`harness::Quirks`]).
 //!
 //! Tests whose name contains `disruptive` make the broker drop every
-//! connection (`rabbitmqctl close_all_connections`); the test script runs
-//! them in a separate, serial pass so that they cannot disturb other tests.
+//! connection (`rabbitmqctl close_all_connections`; for ActiveMQ, the
+//! harness's proxy cuts its own); the test script runs them in a separate,
+//! serial pass so that they cannot disturb other tests.
 
 mod cases;
-mod harness;
+mod durability;
+pub(crate) mod harness;
 
 macro_rules! conformance {
     ($module:ident, $harness:expr) => {
         mod $module {
-            use super::cases;
             #[allow(unused_imports)]
             use super::harness::*;
+            use super::{cases, durability};
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn pubsub_by_pattern() {
@@ -30,6 +36,17 @@ macro_rules! conformance {
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn nack_redelivers() {
                 cases::nack_redelivers(&$harness).await;
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn requeue_and_the_other_unsettled_deliveries() {
+                durability::requeue_and_the_other_unsettled_deliveries(&$harness).await;
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn a_durable_queue_keeps_what_is_published_before_its_first_consumer() {
+                durability::a_durable_queue_keeps_what_is_published_before_its_first_consumer(
+                    &$harness,
+                )
+                .await;
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn consumer_dying_before_ack_redelivers() {
@@ -74,3 +91,4 @@ macro_rules! conformance {
 conformance!(memory, Memory::new());
 conformance!(amqp, Real::amqp());
 conformance!(stomp, Real::stomp());
+conformance!(activemq, ActiveMq::new());

@@ -58,6 +58,7 @@ impl World {
                 fleet: &self.fleet,
                 ops: &self.ops,
                 marks: &self.marks,
+                cordons: &Default::default(),
                 started: t0() - Duration::hours(1),
                 stale_intervals: 3,
             },
