@@ -153,6 +153,8 @@ struct RunState {
     next_eval: tokio::time::Instant,
     /// The durable history, unless `[history]` disables it.
     history: Option<crate::history::Sink>,
+    /// Which explanations are published (changed, or the keep-alive).
+    explained: crate::explain::ExplainGate,
 }
 
 impl RunState {
@@ -204,6 +206,7 @@ impl RunState {
             pressure: None,
             next_eval,
             history,
+            explained: crate::explain::ExplainGate::default(),
         }
     }
 }

@@ -284,6 +284,11 @@ impl Fleet {
             .flat_map(move |names| names.iter().filter_map(move |n| self.nodes.get(n)))
     }
 
+    /// Number of nodes of one group (fresh or not).
+    pub fn group_len(&self, g: &GroupKey) -> usize {
+        self.by_group.get(g).map_or(0, BTreeSet::len)
+    }
+
     /// Every group with at least one node, sorted.
     pub fn groups(&self) -> Vec<GroupKey> {
         self.by_group.keys().cloned().collect()

@@ -182,7 +182,8 @@ proptest::proptest! {
                     now += dt;
                     seq += 1;
                     let district = ["d1", "d2", "d3"].get(d).copied();
-                    let mut r = report(&name, district, ["small", "large"][p], 100, gears, gears % 7);
+                    let max = 100 + gears % 3 * 10;
+                    let mut r = report(&name, district, ["small", "large"][p], max, gears, gears % 7);
                     r.seq = seq;
                     r.active = gears % 5 != 0;
                     f.accept(r, t(now)).unwrap();
@@ -190,6 +191,11 @@ proptest::proptest! {
             }
             // Asked at the step's instant: the clock goes forward
             // between steps except for a backward step.
+            for g in f.groups() {
+                let scan = f.in_group(&g).map(|e| e.report.max_active_gears).max();
+                proptest::prop_assert_eq!(f.group_max_active(&g, t(now), 3), scan);
+                proptest::prop_assert_eq!(f.group_len(&g), f.in_group(&g).count());
+            }
             for p in f.profiles() {
                 for ex in [&BTreeSet::new(), &excl] {
                     let full = f.profile_stats(&p, t(now), 3, &|n| ex.contains(n));
