@@ -20,7 +20,8 @@
 //!
 //! Layout: this file holds the agent and its loop; `build.rs` the builder,
 //! `subs.rs` the subscriptions and the placement service, `deliveries.rs`
-//! reports, events and pings (through the signed-message gate),
+//! events and pings (through the signed-message gate), `reports.rs` and
+//! `intake.rs` reports a batch at a time (coalesced per node),
 //! `admin.rs` operator requests, `apply.rs` journaling and carrying out the
 //! core's actions, `tick.rs` the timers, evaluations, fleet snapshot and
 //! status.
@@ -29,6 +30,8 @@ mod admin;
 mod apply;
 mod build;
 mod deliveries;
+mod intake;
+mod reports;
 mod subs;
 mod tick;
 
@@ -309,7 +312,10 @@ impl Agent {
                     }
                 }
                 d = next(&mut subs.reports) => match d {
-                    Some(d) => self.on_report_delivery(core, st, d).await?,
+                    Some(d) => {
+                        let batch = subs.report_batch(d);
+                        self.on_report_batch(core, st, batch).await?
+                    }
                     None => subs.reports = None,
                 },
                 d = next(&mut subs.pings) => match d {

@@ -291,3 +291,22 @@ fn remembered_sums_match_a_full_scan() {
         fresh.district_uids("d3")
     });
 }
+
+#[test]
+fn news_is_a_change_or_a_return_not_a_keepalive() {
+    let mut f = Fleet::new();
+    let mut r = report("n1", Some("d1"), "small", 100, 10, 2);
+    r.interval_secs = 10;
+    assert!(f.is_news(&r, t(0), 3), "a new node");
+    f.accept(r.clone(), t(0)).unwrap();
+    let mut next = r.clone();
+    next.seq = 2;
+    next.mem_free_mb = 123;
+    assert!(!f.is_news(&next, t(10), 3), "same figures: a keep-alive");
+    assert!(f.is_news(&next, t(31), 3), "a missing node that returns");
+    next.gears.started = 11;
+    assert!(f.is_news(&next, t(10), 3), "figures");
+    let mut other = r.clone();
+    other.active = false;
+    assert!(f.is_news(&other, t(10), 3), "activity");
+}
