@@ -7,7 +7,7 @@ use std::time::Duration;
 use chrono::Utc;
 use gearshift_bus::{Delivery, OutMessage};
 use gearshift_proto::gate::{Step, clip};
-use gearshift_proto::msg::{Kind, Message, Pong};
+use gearshift_proto::msg::{Kind, Pong};
 use gearshift_proto::sign::TimePolicy;
 use gearshift_proto::{Envelope, Expect, Gate, Refusal};
 use gearshift_service::refusals::RefusalLog;
@@ -16,7 +16,7 @@ use super::{Agent, Result2, RunState, VERSION};
 use crate::core::{Core, dur};
 
 /// Reports: node reports only, fresh.
-const REPORTS: Expect = Expect::kinds(|k| k == Kind::Report);
+pub(super) const REPORTS: Expect = Expect::kinds(|k| k == Kind::Report);
 /// Node events wait in a durable queue: their age is no reason to refuse
 /// them, and their effects are idempotent on the command id. Any kind is
 /// taken (a pong to a ping without a reply queue rides `event.<node>` too)
@@ -41,57 +41,6 @@ impl Agent {
         *st.refused.entry(r.reason.to_string()).or_default() += 1;
         self.metrics.refused(r.reason);
         log.of(st).log(r);
-    }
-
-    /// A report: the gate, then the broker's own check that a node reports
-    /// for itself, then the core. Acked on a task of its own whatever came
-    /// of it (a report is soft state); an evaluation it made due runs now.
-    pub(super) async fn on_report_delivery(
-        &self,
-        core: &mut Core,
-        st: &mut RunState,
-        d: Delivery,
-    ) -> Result2<()> {
-        self.on_report(core, st, &d).await?;
-        // Waiting for the transport to write the ack would hold up the loop.
-        self.tracker.spawn(ack(d));
-        let now = Utc::now();
-        if core.evaluation_due().is_some_and(|t| now >= t) {
-            st.next_eval = tokio::time::Instant::now() + self.cfg.policy.interval;
-            self.evaluate(core, st, now).await?;
-        }
-        Ok(())
-    }
-
-    async fn on_report(&self, core: &mut Core, st: &mut RunState, d: &Delivery) -> Result2<()> {
-        let now = Utc::now();
-        let env = match self.gate().admit(&d.payload, REPORTS, now) {
-            Ok(a) => a.envelope,
-            Err(r) => {
-                self.refuse(st, Log::Reports, &r);
-                return Ok(());
-            }
-        };
-        let (id, from) = (env.id, env.from);
-        let Message::Report(report) = env.msg else {
-            return Ok(());
-        };
-        if report.node != from {
-            let detail = format!("{from} sent a report for {}", report.node);
-            self.refuse(st, Log::Reports, &after_gate(id, from, "identity", &detail));
-            return Ok(());
-        }
-        match core.on_report(report, now) {
-            Ok(acts) => {
-                self.metrics.report();
-                self.apply(core, st, acts, now).await
-            }
-            Err(e) => {
-                let r = after_gate(id, from, e.label(), &format!("{e:?}"));
-                self.refuse(st, Log::Reports, &r);
-                Ok(())
-            }
-        }
     }
 
     /// Node events, in order: their changes are journaled in one commit,
@@ -159,7 +108,7 @@ pub(super) enum Log {
 }
 
 impl Log {
-    fn of(self, st: &RunState) -> &RefusalLog {
+    pub(super) fn of(self, st: &RunState) -> &RefusalLog {
         match self {
             Log::Reports => &st.logs.reports,
             Log::Events => &st.logs.events,
@@ -170,7 +119,12 @@ impl Log {
 }
 
 /// A report that passed the gate but not the broker's own checks.
-fn after_gate(id: uuid::Uuid, from: String, reason: &'static str, detail: &str) -> Refusal {
+pub(super) fn after_gate(
+    id: uuid::Uuid,
+    from: String,
+    reason: &'static str,
+    detail: &str,
+) -> Refusal {
     Refusal {
         step: Step::Auth,
         reason,

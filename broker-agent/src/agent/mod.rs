@@ -20,7 +20,8 @@
 //!
 //! Layout: this file holds the agent and its loop; `build.rs` the builder,
 //! `subs.rs` the subscriptions and the placement service, `deliveries.rs`
-//! reports, events and pings (through the signed-message gate),
+//! events and pings (through the signed-message gate), `reports.rs` and
+//! `intake.rs` reports a batch at a time (coalesced per node),
 //! `admin.rs` operator requests, `apply.rs` journaling and carrying out the
 //! core's actions, `tick.rs` the timers, evaluations, fleet snapshot and
 //! status.
@@ -29,7 +30,9 @@ mod admin;
 mod apply;
 mod build;
 mod deliveries;
+mod intake;
 pub mod replay;
+mod reports;
 mod subs;
 mod tick;
 
@@ -158,6 +161,8 @@ struct RunState {
     next_eval: tokio::time::Instant,
     /// The durable history, unless `[history]` disables it.
     history: Option<crate::history::Sink>,
+    /// Which explanations are published (changed, or the keep-alive).
+    explained: crate::explain::ExplainGate,
 }
 
 impl RunState {
@@ -210,6 +215,7 @@ impl RunState {
             pressure: None,
             next_eval,
             history,
+            explained: crate::explain::ExplainGate::default(),
         }
     }
 }
@@ -317,7 +323,10 @@ impl Agent {
                     }
                 }
                 d = next(&mut subs.reports) => match d {
-                    Some(d) => self.on_report_delivery(core, st, d).await?,
+                    Some(d) => {
+                        let batch = subs.report_batch(d);
+                        self.on_report_batch(core, st, batch).await?
+                    }
                     None => subs.reports = None,
                 },
                 d = next(&mut subs.pings) => match d {
