@@ -101,6 +101,8 @@ pub struct Agent {
     signer: Arc<KeyPair>,
     keyring: Arc<Keyring>,
     handlers: Arc<BTreeMap<String, Arc<dyn Handler>>>,
+    /// The `[paas]` adapter (built at start; a reload keeps it).
+    paas: Arc<dyn crate::paas::PaasAdapter>,
     planner: Arc<dyn EvacuationPlanner>,
     engine: gearshift_placement::Engine,
     journal: Journal,

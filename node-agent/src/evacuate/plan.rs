@@ -363,6 +363,7 @@ mod tests {
                 .collect(),
             parallelism,
             deadline: None,
+            watch: false,
         }
     }
 
