@@ -181,6 +181,7 @@ impl AgentBuilder {
             .unwrap_or_else(|| Arc::new(PlacementPlanner::new(engine.clone())));
         let cfg = Arc::new(self.cfg);
         check_handlers(&cfg, &handlers)?;
+        let paas = crate::paas::build(&cfg.paas);
         let (status_tx, _) = watch::channel(Arc::new(Status::default()));
         let (observed_tx, _) = broadcast::channel(1024);
         Ok(Agent {
@@ -190,6 +191,7 @@ impl AgentBuilder {
             keyring,
             key_source: self.key_source,
             handlers: Arc::new(handlers),
+            paas,
             planner,
             engine,
             journal,

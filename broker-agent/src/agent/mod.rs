@@ -109,6 +109,8 @@ pub struct Agent {
     keyring: Arc<Keyring>,
     key_source: Option<KeySource>,
     handlers: Arc<BTreeMap<String, Arc<dyn Handler>>>,
+    /// The `[paas]` adapter (built at start; a reload keeps it).
+    paas: Arc<dyn crate::paas::PaasAdapter>,
     planner: Arc<dyn EvacuationPlanner>,
     engine: gearshift_placement::Engine,
     journal: Journal,

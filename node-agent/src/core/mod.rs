@@ -182,6 +182,8 @@ pub struct MoveStart {
     pub resumed: bool,
     /// No attempt starts after this instant.
     pub deadline: Option<DateTime<Utc>>,
+    /// Watch the gear leave (the broker agent moves it) instead of moving it.
+    pub watch: bool,
 }
 
 /// How one move ended.
