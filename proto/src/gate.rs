@@ -196,6 +196,16 @@ impl Refusal {
         }
     }
 
+    /// A refusal of a message the transport dropped for its size before
+    /// anyone read it (`too_large`, step 1): nothing of the envelope is known.
+    pub fn oversized(size: u64, limit: usize) -> Refusal {
+        let e = ProtoError::TooLarge {
+            size: usize::try_from(size).unwrap_or(usize::MAX),
+            limit,
+        };
+        Refusal::undecodable(&[], &e)
+    }
+
     /// A refusal for `e`, found by the gate or by a receiver's own checks
     /// after it (the time of a new command, a replay record of its own).
     pub fn auth(env: &Envelope, e: &AuthError) -> Refusal {

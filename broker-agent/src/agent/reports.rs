@@ -6,6 +6,7 @@
 use chrono::{DateTime, Utc};
 use gearshift_bus::Delivery;
 use gearshift_proto::msg::{Message, NodeReport};
+use gearshift_service::refusals::admit_delivery;
 use uuid::Uuid;
 
 use super::deliveries::{Log, REPORTS, ack, after_gate};
@@ -79,7 +80,7 @@ impl Agent {
         d: &Delivery,
         now: DateTime<Utc>,
     ) -> Option<(Uuid, NodeReport)> {
-        let env = match self.gate().admit(&d.payload, REPORTS, now) {
+        let env = match admit_delivery(&self.gate(), d, REPORTS, now) {
             Ok(a) => a.envelope,
             Err(r) => {
                 self.refuse(st, Log::Reports, &r);
