@@ -37,8 +37,10 @@ impl Agent {
                 Action::Call { tag, handler, call } => self.spawn_call(st, tag, handler, call),
                 Action::Paas { op, call } => self.spawn_paas(st, op, call),
                 Action::Explain(x) => {
-                    st.record_event(now, Event::Explanation(x.clone()));
-                    explanations.push(x);
+                    if st.explained.admit(&x, now) {
+                        st.record_event(now, Event::Explanation(x.clone()));
+                        explanations.push(x);
+                    }
                 }
                 Action::Decide(d) => {
                     st.record_event(now, Event::Decision(d.clone()));
@@ -57,8 +59,9 @@ impl Agent {
                 } => self.send(&node, &corr, id, msg, now).await,
             }
         }
-        // Explanations (one per group) are best effort: after the decisions
-        // and commands, all in flight at once.
+        // Explanations (those whose content changed, see `crate::explain`)
+        // are best effort: after the decisions and commands, all in flight
+        // at once.
         futures::future::join_all(explanations.into_iter().map(|x| self.explain(x, now))).await;
         if changed {
             st.status_dirty = true;
