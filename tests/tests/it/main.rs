@@ -23,6 +23,7 @@ mod node_commands;
 mod node_evacuation_kill;
 mod node_heat;
 mod node_outage;
+mod openshift_scale_down;
 mod openstack_conformance;
 mod packaging_rpm;
 mod placement_bus;
