@@ -429,11 +429,15 @@ async fn operator(op: &OpArgs) -> Result<(SharedBus, OperatorKeys), Failure> {
     Ok((bus, keys))
 }
 
-/// The broker agent's keyring: its own key, then what `[keys]` trusts.
-fn keyring(cfg: &BrokerConfig, own: &gearshift_proto::KeyPair) -> Result<Keyring, Failure> {
+/// The broker agent's keyring: its own key, then what `[keys]` trusts (at
+/// start, and again on every reload).
+fn keyring(
+    cfg: &BrokerConfig,
+    own: &gearshift_proto::sign::VerifyingKey,
+) -> Result<Keyring, gearshift_service::keys::KeyFileError> {
     let mut ring = Keyring::new();
-    ring.add(own.public(), Role::Broker, "own key");
-    let (nodes, operators) = cfg.keys.trust_into(&mut ring).map_err(Failure::config)?;
+    ring.add(*own, Role::Broker, "own key");
+    let (nodes, operators) = cfg.keys.trust_into(&mut ring)?;
     tracing::info!(
         node_keys = nodes,
         operator_keys = operators,
@@ -518,7 +522,10 @@ async fn run_agent(path: PathBuf, log_format: Option<LogFormat>) -> Result<(), F
     let (service, cfg) = Service::<BrokerConfig>::start(&path, log_format)?;
     let signer =
         gearshift_service::keys::load_keypair(&cfg.keys.signing_key).map_err(Failure::config)?;
-    let ring = keyring(&cfg, &signer)?;
+    let own = signer.public();
+    let ring = keyring(&cfg, &own).map_err(Failure::config)?;
+    let key_source: gearshift_broker::agent::KeySource =
+        Arc::new(move |c: &BrokerConfig| keyring(c, &own).map_err(|e| e.to_string()));
     // Connect, retrying until the bus answers or we are told to stop.
     let opts = cfg
         .bus
@@ -532,6 +539,7 @@ async fn run_agent(path: PathBuf, log_format: Option<LogFormat>) -> Result<(), F
         .tracker(service.tracker().clone())
         .signer(signer)
         .keyring(ring)
+        .keys_from(key_source)
         .metrics(metrics.clone())
         .reloads(reload_rx)
         .build()

@@ -513,6 +513,38 @@ mod tests {
     }
 
     #[test]
+    fn a_bound_key_speaks_only_for_its_sender() {
+        let a = KeyPair::from_seed(&[5; 32]);
+        let mut ring = Keyring::new();
+        ring.add_bound(a.public(), Role::Node, "node-a", "nodes.d/node-a.pub");
+        let g = Gate::new(&ring, TimePolicy::default());
+        let now = Utc::now();
+        let ack = || Ack {
+            cmd: Uuid::nil(),
+            command: "cmd.ping".into(),
+        };
+        let own = a.seal(Envelope::new_at("node-a", ack(), now));
+        assert_eq!(g.admit(&own, Expect::any(), now).unwrap().role, Role::Node);
+        // A's key signing as B: a valid signature by a trusted key, refused.
+        let forged = a.seal(Envelope::new_at("node-b", ack(), now));
+        let r = g.admit(&forged, Expect::any(), now).unwrap_err();
+        assert_eq!((r.reason, r.step), ("identity", Step::Auth));
+        assert_eq!(r.from.as_deref(), Some("node-b"));
+        let d = Envelope::decode(&forged).unwrap();
+        assert_eq!(
+            g.admit_decoded(d, Expect::any(), now).unwrap_err().reason,
+            "identity"
+        );
+        // Revoked: the key is unknown from then on.
+        ring.remove(a.id());
+        let g = Gate::new(&ring, TimePolicy::default());
+        assert_eq!(
+            g.admit(&own, Expect::any(), now).unwrap_err().reason,
+            "unknown_key"
+        );
+    }
+
+    #[test]
     fn details_are_bounded() {
         let long = "é".repeat(MAX_DETAIL);
         let c = clip(&long);

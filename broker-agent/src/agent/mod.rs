@@ -31,6 +31,7 @@ mod apply;
 mod build;
 mod deliveries;
 mod intake;
+pub mod replay;
 mod reports;
 mod subs;
 mod tick;
@@ -42,7 +43,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use gearshift_bus::SharedBus;
 use gearshift_handlers::Handler;
-use gearshift_proto::{KeyPair, Keyring, ReplayGuard};
+use gearshift_proto::{KeyPair, Keyring};
 use gearshift_service::lock::{DirLock, LockError};
 use gearshift_service::refusals::RefusalLog;
 use thiserror::Error;
@@ -50,8 +51,8 @@ use tokio::sync::{broadcast, mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-pub use self::build::AgentBuilder;
 use self::build::FleetSnapshot;
+pub use self::build::{AgentBuilder, KeySource};
 use self::subs::{Subs, next};
 use crate::config::BrokerConfig;
 use crate::core::{Action, CallResult, CallTag, Core};
@@ -83,6 +84,9 @@ pub enum AgentError {
     /// The placement engine could not be built.
     #[error("placement: {0}")]
     Placement(String),
+    /// The trusted keys could not be read.
+    #[error("keys: {0}")]
+    Keys(String),
     /// No signing key was given.
     #[error("no signing key: the broker agent signs its commands")]
     NoSigner,
@@ -103,6 +107,7 @@ pub struct Agent {
     bus: SharedBus,
     signer: Arc<KeyPair>,
     keyring: Arc<Keyring>,
+    key_source: Option<KeySource>,
     handlers: Arc<BTreeMap<String, Arc<dyn Handler>>>,
     planner: Arc<dyn EvacuationPlanner>,
     engine: gearshift_placement::Engine,
@@ -138,8 +143,8 @@ struct RunState {
     refused: BTreeMap<String, u64>,
     logs: RefusalLogs,
     in_flight_calls: usize,
-    /// Operator requests already acted upon.
-    replay: ReplayGuard,
+    /// Operator requests already acted upon (persisted in the state dir).
+    replay: replay::PersistedReplay,
     results_tx: mpsc::UnboundedSender<CallDone>,
     last_status: Option<DateTime<Utc>>,
     /// A change not yet in the published status (it was published recently).
@@ -189,6 +194,7 @@ impl RunState {
         results_tx: mpsc::UnboundedSender<CallDone>,
         next_eval: tokio::time::Instant,
         history: Option<crate::history::Sink>,
+        replay: replay::PersistedReplay,
     ) -> Self {
         RunState {
             refused: BTreeMap::new(),
@@ -199,7 +205,7 @@ impl RunState {
                 pings: RefusalLog::new("ping"),
             },
             in_flight_calls: 0,
-            replay: ReplayGuard::new(chrono::Duration::minutes(10), 100_000),
+            replay,
             results_tx,
             last_status: None,
             status_dirty: false,
@@ -254,7 +260,12 @@ impl Agent {
         core.restore(self.journal.load()?);
         let (results_tx, mut results_rx) = mpsc::unbounded_channel::<CallDone>();
         let history = crate::history::Sink::open(&self.state_dir, &self.cfg.history);
-        let mut st = RunState::new(results_tx, tokio::time::Instant::now(), history);
+        // Requests are refused as stale outside the time window either way:
+        // ids need remembering for twice its length at most.
+        let window =
+            chrono::Duration::minutes(10).max(crate::core::dur(self.cfg.keys.time_window) * 2);
+        let replay = replay::PersistedReplay::open(&self.state_dir, window, now);
+        let mut st = RunState::new(results_tx, tokio::time::Instant::now(), history, replay);
         let mut subs = Subs::default();
         self.metrics
             .watch_bus(&self.bus, token.clone(), &self.tracker);
@@ -326,11 +337,27 @@ impl Agent {
                     if let Some(r) = reloads.as_ref() {
                         let new = r.borrow().clone();
                         tracing::info!("configuration reloaded");
+                        self.reload_keys(&new);
                         self.cfg = new.clone();
                         core.set_config(new);
                     }
                 }
             }
+        }
+    }
+
+    /// Reads the trusted keys again (when they come from the
+    /// configuration); a key directory that cannot be read keeps the keys
+    /// in use.
+    fn reload_keys(&mut self, cfg: &BrokerConfig) {
+        let Some(f) = &self.key_source else { return };
+        match f(cfg) {
+            Ok(ring) => {
+                let (before, after) = (self.keyring.len(), ring.len());
+                self.keyring = Arc::new(ring);
+                tracing::info!(before, after, "trusted keys reloaded");
+            }
+            Err(e) => tracing::error!(error = %e, "keys not reloaded: keeping the keys in use"),
         }
     }
 

@@ -7,6 +7,7 @@
 
 mod broker_kill;
 mod broker_sagas;
+mod bus_least_privilege;
 mod chaos_disruptive;
 mod cloud_keystone_heat;
 mod dashboard_browser;
@@ -30,3 +31,4 @@ mod pushstats_docs;
 mod pushstats_gnocchi;
 mod pushstats_pusher;
 mod python_client;
+mod trust_identity;
