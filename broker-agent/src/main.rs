@@ -14,8 +14,7 @@ use gearshift_broker::cli::{self, OperatorKeys};
 use gearshift_broker::config::BrokerConfig;
 use gearshift_broker::{Agent, metrics::Metrics};
 use gearshift_bus::{ConnectOptions, SharedBus};
-use gearshift_proto::msg::{AdminRequest, Role};
-use gearshift_proto::sign::Keyring;
+use gearshift_proto::msg::AdminRequest;
 use gearshift_service::bootstrap::{self, Failure, Service};
 use gearshift_service::logging::LogFormat;
 use tokio_util::sync::CancellationToken;
@@ -429,20 +428,6 @@ async fn operator(op: &OpArgs) -> Result<(SharedBus, OperatorKeys), Failure> {
     Ok((bus, keys))
 }
 
-/// The broker agent's keyring: its own key, then what `[keys]` trusts.
-fn keyring(cfg: &BrokerConfig, own: &gearshift_proto::KeyPair) -> Result<Keyring, Failure> {
-    let mut ring = Keyring::new();
-    ring.add(own.public(), Role::Broker, "own key");
-    let (nodes, operators) = cfg.keys.trust_into(&mut ring).map_err(Failure::config)?;
-    tracing::info!(
-        node_keys = nodes,
-        operator_keys = operators,
-        extra = cfg.keys.trust.len(),
-        "keys trusted"
-    );
-    Ok(ring)
-}
-
 /// Starts the pull-mode pusher when `[push_stats]` is enabled, fed with the
 /// fleet figures of every status the agent publishes (per profile, and per
 /// district from the groups).
@@ -490,16 +475,14 @@ fn start_push_stats(
     Ok(())
 }
 
-/// One listener for `/metrics`, `/healthz` and the dashboard.
+/// One listener for `/metrics`, `/healthz` and the dashboard, on
+/// `metrics.listen` (if any), handed to the agent so that reloads move it.
 async fn serve_metrics(
     service: &Service<BrokerConfig>,
     cfg: &BrokerConfig,
-    agent: &Agent,
+    agent: &mut Agent,
     metrics: &Metrics,
 ) -> Result<(), Failure> {
-    let Some(addr) = cfg.metrics.listen else {
-        return Ok(());
-    };
     // The dashboard's task runs on the agent's tracker (the service's).
     let dashboard = gearshift_broker::dashboard::Dashboard::spawn(
         agent,
@@ -508,8 +491,19 @@ async fn serve_metrics(
     );
     let router =
         gearshift_service::http::metrics_router(metrics.registry.clone()).merge(dashboard.router());
-    let local = service.serve(addr, router).await?;
-    tracing::info!(%local, "metrics and dashboard listener (http://{local}/)");
+    let mut listener = gearshift_service::http::Listener::new(
+        service.tracker().clone(),
+        router,
+        service.token().clone(),
+    );
+    let local = listener
+        .rebind(cfg.metrics.listen)
+        .await
+        .map_err(|e| Failure::runtime(format!("metrics.listen {:?}: {e}", cfg.metrics.listen)))?;
+    if let Some(local) = local {
+        tracing::info!(%local, "metrics and dashboard listener (http://{local}/)");
+    }
+    agent.set_listener(listener);
     Ok(())
 }
 
@@ -518,7 +512,7 @@ async fn run_agent(path: PathBuf, log_format: Option<LogFormat>) -> Result<(), F
     let (service, cfg) = Service::<BrokerConfig>::start(&path, log_format)?;
     let signer =
         gearshift_service::keys::load_keypair(&cfg.keys.signing_key).map_err(Failure::config)?;
-    let ring = keyring(&cfg, &signer)?;
+    let ring = cfg.keyring(&signer).map_err(Failure::config)?;
     // Connect, retrying until the bus answers or we are told to stop.
     let opts = cfg
         .bus
@@ -527,22 +521,21 @@ async fn run_agent(path: PathBuf, log_format: Option<LogFormat>) -> Result<(), F
         return Ok(());
     };
     let metrics = Metrics::new();
-    let (reload_tx, reload_rx) = tokio::sync::watch::channel(Arc::new(cfg.clone()));
-    let agent = Agent::builder(cfg.clone(), bus.clone())
+    let mut agent = Agent::builder(cfg.clone(), bus.clone())
         .tracker(service.tracker().clone())
         .signer(signer)
         .keyring(ring)
         .metrics(metrics.clone())
-        .reloads(reload_rx)
         .build()
         .map_err(runtime)?;
     start_push_stats(&service, &cfg, agent.status(), &metrics)?;
-    serve_metrics(&service, &cfg, &agent, &metrics).await?;
-    // SIGHUP: a bad file keeps the running configuration.
-    service.on_reload(move |c| {
-        reload_tx
-            .send(Arc::new(c))
-            .map_err(|_| "the agent has stopped".to_string())
+    serve_metrics(&service, &cfg, &mut agent, &metrics).await?;
+    // SIGHUP: the agent rebuilds what the new file names, or keeps running
+    // the old one (a bad file, a key that only applies at start).
+    let reloader = agent.reloader();
+    service.on_reload_async(move |c| {
+        let r = reloader.clone();
+        async move { r.reload(c).await }
     });
     let status = agent.status();
     service.ready("running", move || {

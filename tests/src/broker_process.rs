@@ -49,6 +49,18 @@ impl BrokerProcess {
         BrokerProcess { child }
     }
 
+    /// Sends SIGHUP (reload the configuration file).
+    pub fn hup(&self) {
+        let _ = Command::new("kill")
+            .args(["-HUP", &self.child.id().to_string()])
+            .status();
+    }
+
+    /// The exit status, if it has exited.
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().ok().flatten()
+    }
+
     /// SIGKILL, and reap.
     pub fn kill(mut self) {
         let _ = self.child.kill();

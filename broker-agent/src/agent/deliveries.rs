@@ -81,6 +81,9 @@ impl Agent {
             self.refuse(st, Log::Reports, &after_gate(id, from, "identity", &detail));
             return Ok(());
         }
+        if let Some(t) = st.trace.as_mut() {
+            t.record(now, &report);
+        }
         match core.on_report(report, now) {
             Ok(acts) => {
                 self.metrics.report();

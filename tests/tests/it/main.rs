@@ -6,6 +6,7 @@
 //! suites). Each module's own doc says what it tests.
 
 mod broker_kill;
+mod broker_reload;
 mod broker_sagas;
 mod chaos_disruptive;
 mod cloud_keystone_heat;
@@ -30,3 +31,4 @@ mod pushstats_docs;
 mod pushstats_gnocchi;
 mod pushstats_pusher;
 mod python_client;
+mod sim_replay;
