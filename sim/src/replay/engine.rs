@@ -99,7 +99,11 @@ pub fn replay<E: std::fmt::Display>(
         if ended && (now >= last + opts.settle || run.core.ops().all(|o| o.is_done())) {
             break;
         }
-        now += tick;
+        now = run.next_instant(
+            now,
+            tick,
+            trace.peek().and_then(|l| l.as_ref().ok()).map(|l| l.at),
+        );
     }
     run.out.finish(now, &run.world, wall.elapsed());
     Ok(run.out)
@@ -143,6 +147,39 @@ impl Run {
             next_eval: first_eval,
             interval,
         })
+    }
+
+    /// The next instant to look at: the next tick while an operation is
+    /// under way (its deadlines and polls), else the next thing due (a
+    /// report, an evaluation, a booted node's report), so that the quiet
+    /// hours of a day cost nothing. The replay's cloud has no quota, so no
+    /// group is ever exhausted and waiting for a tick.
+    fn next_instant(
+        &self,
+        now: DateTime<Utc>,
+        tick: Duration,
+        next_line: Option<DateTime<Utc>>,
+    ) -> DateTime<Utc> {
+        let step = now + tick;
+        if self.core.ops().any(|o| !o.is_done()) {
+            return step;
+        }
+        let due = [
+            Some(self.next_eval),
+            self.core.evaluation_due(),
+            next_line,
+            self.world.next_due(),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+        .unwrap_or(step);
+        // On the tick grid, as the agent's timer would see it.
+        let ticks = ((due - now).num_microseconds().unwrap_or(i64::MAX) as f64
+            / tick.num_microseconds().unwrap_or(1).max(1) as f64)
+            .ceil()
+            .max(1.0);
+        now + tick * (ticks.min(f64::from(i32::MAX)) as i32)
     }
 
     fn report(&mut self, r: NodeReport, now: DateTime<Utc>) {

@@ -178,6 +178,23 @@ impl World {
         self.touched.insert(t);
     }
 
+    /// When the world next has something to report on its own (a boot, a
+    /// booted node's periodic report, a changed node: now).
+    pub(super) fn next_due(&self) -> Option<DateTime<Utc>> {
+        let boots = self.booting.iter().map(|(t, _)| *t);
+        let periodic = self
+            .untraced
+            .iter()
+            .filter_map(|n| self.nodes.get(n))
+            .map(|n| n.next_report);
+        let changed = self
+            .touched
+            .iter()
+            .filter_map(|n| self.nodes.get(n))
+            .map(|_| DateTime::<Utc>::MIN_UTC);
+        boots.chain(periodic).chain(changed).min()
+    }
+
     /// Reports due at `now`: new nodes booted, booted nodes' periodic
     /// reports, and nodes whose state changed.
     pub(super) fn due(&mut self, now: DateTime<Utc>) -> Vec<NodeReport> {
