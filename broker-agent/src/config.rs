@@ -201,24 +201,6 @@ impl BrokerConfig {
         gearshift_service::reload::needs_restart(self, new, RELOADABLE)
     }
 
-    /// The keys the agent trusts: its own public key (`own`), then what
-    /// `[keys]` names (node and operator key directories, `[[keys.trust]]`).
-    pub fn keyring(
-        &self,
-        own: &gearshift_proto::KeyPair,
-    ) -> Result<gearshift_proto::Keyring, gearshift_service::keys::KeyFileError> {
-        let mut ring = gearshift_proto::Keyring::new();
-        ring.add(own.public(), gearshift_proto::Role::Broker, "own key");
-        let (nodes, operators) = self.keys.trust_into(&mut ring)?;
-        tracing::info!(
-            node_keys = nodes,
-            operator_keys = operators,
-            extra = self.keys.trust.len(),
-            "keys trusted"
-        );
-        Ok(ring)
-    }
-
     /// The built-in defaults (what an empty file gives).
     pub fn defaults() -> BrokerConfig {
         BrokerConfig::default()

@@ -49,11 +49,18 @@ impl BrokerProcess {
         BrokerProcess { child }
     }
 
-    /// Sends SIGHUP (reload the configuration file).
-    pub fn hup(&self) {
-        let _ = Command::new("kill")
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// SIGHUP: reload the configuration (and the trusted keys).
+    pub fn reload(&self) {
+        let st = Command::new("kill")
             .args(["-HUP", &self.child.id().to_string()])
-            .status();
+            .status()
+            .expect("run kill");
+        assert!(st.success(), "kill -HUP failed");
     }
 
     /// The exit status, if it has exited.

@@ -130,10 +130,12 @@ impl Agent {
 
     /// Builds the keyring, the handlers and the placement engine of `new`.
     fn rebuild(&self, new: BrokerConfig) -> Result<Rebuilt, Refused> {
-        let keyring = Arc::new(
-            new.keyring(&self.signer)
-                .map_err(|e| Refused::Build(format!("keys: {e}")))?,
-        );
+        // Keys read from the configuration's files again; keys an embedding
+        // program gave stay as they are.
+        let keyring = match &self.key_source {
+            Some(f) => Arc::new(f(&new).map_err(|e| Refused::Build(format!("keys: {e}")))?),
+            None => self.keyring.clone(),
+        };
         let ctx = self.handler_context(keyring.clone());
         let handlers = super::build::build_handlers(&new, self.registered.clone(), &ctx)
             .and_then(|h| super::build::check_handlers(&new, &h).map(|()| h))

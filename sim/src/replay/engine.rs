@@ -10,7 +10,8 @@ use std::sync::Arc;
 
 use chrono::{DateTime, Duration, Utc};
 use gearshift_broker::config::BrokerConfig;
-use gearshift_broker::core::{Action, Core, dur};
+use gearshift_broker::core::{Action, CallResult, CallTag, Core, dur};
+use gearshift_broker::paas::Outcome as PaasOutcome;
 use gearshift_broker::planner::PlacementPlanner;
 use gearshift_broker::trace::TraceLine;
 use gearshift_proto::msg::NodeReport;
@@ -220,6 +221,15 @@ impl Run {
                     for e in self.world.command(&node, corr.as_str(), id, msg, now) {
                         work.extend(self.core.on_event(&e.from, e.corr.as_deref(), &e.msg, now));
                     }
+                }
+                Action::Paas { op, call } => {
+                    // The PaaS's district tools answer as the `none` adapter does.
+                    self.out.calls += 1;
+                    let done = CallResult::Paas {
+                        call,
+                        outcome: PaasOutcome::Done,
+                    };
+                    work.extend(self.core.on_handler_result(CallTag::Paas(op), done, now));
                 }
                 Action::Call { tag, call, .. } => {
                     self.out.calls += 1;

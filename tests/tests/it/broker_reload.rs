@@ -93,7 +93,7 @@ async fn sighup_rebuilds_handlers_keys_and_listener_or_refuses_naming_the_keys()
     cfg.group_defaults.min_nodes = 3;
     cfg.metrics.listen = Some(([127, 0, 0, 1], port2).into());
     write_config(&cfg, &path);
-    proc.hup();
+    proc.reload();
     metrics_until(port2, "the reload applied on the new port", |m| {
         m.get("gearshift_broker_config_reloads_total{result=\"applied\"}") == 1.0
     })
@@ -132,7 +132,7 @@ async fn sighup_rebuilds_handlers_keys_and_listener_or_refuses_naming_the_keys()
     let mut renamed = cfg.clone();
     renamed.agent.name = format!("{}-renamed", cfg.agent.name);
     write_config(&renamed, &path);
-    proc.hup();
+    proc.reload();
     metrics_until(port2, "the refused reload counted", |m| {
         m.get("gearshift_broker_config_reloads_total{result=\"refused\"}") == 1.0
             && m.get("gearshift_broker_config_reload_refused") == 1.0
@@ -153,7 +153,7 @@ async fn sighup_rebuilds_handlers_keys_and_listener_or_refuses_naming_the_keys()
 
     // 3. A broken file: refused, the running configuration (port2) stays.
     std::fs::write(&path, "[policy]\ninterval = \"soon\"\n").unwrap();
-    proc.hup();
+    proc.reload();
     eventually("the broken file refused", || {
         log_text(&broker_log).contains("policy.interval")
     })
@@ -171,7 +171,7 @@ async fn sighup_rebuilds_handlers_keys_and_listener_or_refuses_naming_the_keys()
         .unwrap()
         .sum("gearshift_broker_refused_total");
     std::fs::remove_file(bed.keys.nodes_dir().join("node.pub")).expect("the shared node key");
-    proc.hup();
+    proc.reload();
     metrics_until(port2, "the second reload applied", |m| {
         m.get("gearshift_broker_config_reloads_total{result=\"applied\"}") == 2.0
     })
