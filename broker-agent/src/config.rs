@@ -85,6 +85,9 @@ pub struct BrokerConfig {
     /// The durable history of decisions, saga steps and explanations.
     #[serde(default)]
     pub history: crate::history::HistoryConfig,
+    /// Recording the reports received, for what-if replays (off by default).
+    #[serde(default)]
+    pub trace: crate::trace::TraceConfig,
     /// The PaaS the sagas tell about districts and gear moves (`none` by default).
     #[serde(default)]
     pub paas: crate::paas::PaasConfig,
@@ -173,7 +176,31 @@ impl AgentSection {
     }
 }
 
+/// What a reload (SIGHUP) applies while running: the policy, the sagas'
+/// settings, the groups, the handlers, placement, the trusted keys and the
+/// metrics listener's address. A change anywhere else only applies at start
+/// and makes the reload refused, naming the key.
+pub const RELOADABLE: &[&str] = &[
+    "policy",
+    "saga",
+    "group_defaults",
+    "groups",
+    "handlers",
+    "placement",
+    "keys.time_window",
+    "keys.node_keys_dir",
+    "keys.operator_keys_dir",
+    "keys.trust",
+    "metrics.listen",
+];
+
 impl BrokerConfig {
+    /// The keys changed from `self` to `new` that a reload cannot apply
+    /// (outside [`RELOADABLE`]), as dotted paths.
+    pub fn restart_keys(&self, new: &BrokerConfig) -> Vec<String> {
+        gearshift_service::reload::needs_restart(self, new, RELOADABLE)
+    }
+
     /// The built-in defaults (what an empty file gives).
     pub fn defaults() -> BrokerConfig {
         BrokerConfig::default()
@@ -189,6 +216,7 @@ impl Validate for BrokerConfig {
     fn validate(&self) -> Result<(), Invalid> {
         self.push_stats.validate()?;
         self.history.validate()?;
+        self.trace.validate()?;
         self.log.check()?;
         self.agent.check()?;
         self.bus.check()?;

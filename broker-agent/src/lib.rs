@@ -23,6 +23,8 @@
 //!   the keep-alive).
 //! - [`history`]: the durable, rotating JSON-lines history of decisions,
 //!   saga steps, changed explanations and operator requests.
+//! - [`trace`]: the report trace `[trace]` records (JSON lines: receive
+//!   time and verified report) and its bounded reader, for what-if replays.
 //! - [`ops`]: the journaled records (operations, group state) and their
 //!   on-disk format; [`journal`]: the durable journal (redb).
 //! - [`planner`]: the evacuation planner interface.
@@ -55,6 +57,7 @@ pub mod perkey;
 pub mod planner;
 pub mod policy;
 pub mod status;
+pub mod trace;
 
 pub use agent::{Agent, AgentBuilder, AgentError, Observed};
 pub use config::BrokerConfig;

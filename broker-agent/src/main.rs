@@ -524,16 +524,14 @@ fn start_push_stats(
     Ok(())
 }
 
-/// One listener for `/metrics`, `/healthz` and the dashboard.
+/// One listener for `/metrics`, `/healthz` and the dashboard, on
+/// `metrics.listen` (if any), handed to the agent so that reloads move it.
 async fn serve_metrics(
     service: &Service<BrokerConfig>,
     cfg: &BrokerConfig,
-    agent: &Agent,
+    agent: &mut Agent,
     metrics: &Metrics,
 ) -> Result<(), Failure> {
-    let Some(addr) = cfg.metrics.listen else {
-        return Ok(());
-    };
     // The dashboard's task runs on the agent's tracker (the service's).
     let dashboard = gearshift_broker::dashboard::Dashboard::spawn(
         agent,
@@ -542,8 +540,19 @@ async fn serve_metrics(
     );
     let router =
         gearshift_service::http::metrics_router(metrics.registry.clone()).merge(dashboard.router());
-    let local = service.serve(addr, router).await?;
-    tracing::info!(%local, "metrics and dashboard listener (http://{local}/)");
+    let mut listener = gearshift_service::http::Listener::new(
+        service.tracker().clone(),
+        router,
+        service.token().clone(),
+    );
+    let local = listener
+        .rebind(cfg.metrics.listen)
+        .await
+        .map_err(|e| Failure::runtime(format!("metrics.listen {:?}: {e}", cfg.metrics.listen)))?;
+    if let Some(local) = local {
+        tracing::info!(%local, "metrics and dashboard listener (http://{local}/)");
+    }
+    agent.set_listener(listener);
     Ok(())
 }
 
@@ -562,23 +571,22 @@ async fn run_agent(path: PathBuf, log_format: Option<LogFormat>) -> Result<(), F
         return Ok(());
     };
     let metrics = Metrics::new();
-    let (reload_tx, reload_rx) = tokio::sync::watch::channel(Arc::new(cfg.clone()));
-    let agent = Agent::builder(cfg.clone(), bus.clone())
+    let mut agent = Agent::builder(cfg.clone(), bus.clone())
         .tracker(service.tracker().clone())
         .signer(signer)
         .keyring(ring)
         .keys_from(key_source)
         .metrics(metrics.clone())
-        .reloads(reload_rx)
         .build()
         .map_err(runtime)?;
     start_push_stats(&service, &cfg, agent.status(), &metrics)?;
-    serve_metrics(&service, &cfg, &agent, &metrics).await?;
-    // SIGHUP: a bad file keeps the running configuration.
-    service.on_reload(move |c| {
-        reload_tx
-            .send(Arc::new(c))
-            .map_err(|_| "the agent has stopped".to_string())
+    serve_metrics(&service, &cfg, &mut agent, &metrics).await?;
+    // SIGHUP: the agent rebuilds what the new file names, or keeps running
+    // the old one (a bad file, a key that only applies at start).
+    let reloader = agent.reloader();
+    service.on_reload_async(move |c| {
+        let r = reloader.clone();
+        async move { r.reload(c).await }
     });
     let status = agent.status();
     service.ready("running", move || {

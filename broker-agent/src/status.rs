@@ -126,6 +126,24 @@ pub struct Status {
     pub ops: Vec<OpStatus>,
     /// Refused messages by reason.
     pub refused: BTreeMap<String, u64>,
+    /// The last reload (SIGHUP), when there was one since the start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reload: Option<ReloadStatus>,
+}
+
+/// How the last reload ended.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReloadStatus {
+    /// When the agent took (or refused) it.
+    pub at: DateTime<Utc>,
+    /// The new file runs.
+    pub applied: bool,
+    /// Why it was refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// The changed keys that only apply at start (restart to change them).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub restart_keys: Vec<String>,
 }
 
 impl Status {
@@ -160,6 +178,7 @@ impl Status {
             nodes: nodes_of(core, now),
             ops: ops_of(core),
             refused: refused.clone(),
+            reload: None,
         }
     }
 
@@ -184,6 +203,17 @@ impl Status {
         }
         if let Some(p) = &self.paused {
             let _ = writeln!(s, "PAUSED: {p}");
+        }
+        if let Some(ReloadStatus {
+            at,
+            applied: false,
+            error,
+            ..
+        }) = &self.reload
+        {
+            let e = error.as_deref().unwrap_or("");
+            let at = at.format("%Y-%m-%d %H:%M:%S UTC");
+            let _ = writeln!(s, "RELOAD REFUSED at {at}: {e}");
         }
         self.render_profiles(&mut s);
         self.render_groups(&mut s);

@@ -299,8 +299,28 @@ async fn run(config: PathBuf, log_format: Option<logging::LogFormat>) -> Result<
     Ok(())
 }
 
+/// What the node agent applies on a reload: trusted keys and their time
+/// window, reports, evacuation, Heat, and the node's facts. A change to any
+/// other key (the bus, the state directory, the gear runtime, the metrics
+/// listener, logging, the node's name, its signing key) only applies at
+/// start: the reload is refused, naming it.
+const RELOADABLE: &[&str] = &[
+    "node.region",
+    "node.zone",
+    "node.booted_for",
+    "node.booted_for_file",
+    "node.do_not_disrupt",
+    "keys.time_window",
+    "keys.broker_keys",
+    "keys.operator_keys",
+    "keys.client_keys",
+    "report",
+    "evacuation",
+    "heat",
+];
+
 /// SIGHUP: the new file is checked and its keys loaded before the agent
-/// takes it; sections that only apply at start are reported.
+/// takes it; a change that only applies at start refuses the reload.
 fn reload_on_sighup(
     service: &Service<NodeConfig>,
     agent: Agent,
@@ -308,19 +328,11 @@ fn reload_on_sighup(
     mut current: NodeConfig,
 ) {
     service.on_reload(move |cfg: NodeConfig| {
-        let acfg = setup::agent_config(&cfg, metrics.clone()).map_err(|e| e.to_string())?;
-        for (section, changed) in [
-            ("[bus]", cfg.bus != current.bus),
-            ("[state]", cfg.state != current.state),
-            ("[runtime]", cfg.runtime != current.runtime),
-            ("[metrics]", cfg.metrics != current.metrics),
-            ("[log]", cfg.log != current.log),
-            ("[service]", cfg.service != current.service),
-        ] {
-            if changed {
-                tracing::warn!(section, "changed, but only applies after a restart");
-            }
+        let restart = gearshift_service::reload::needs_restart(&current, &cfg, RELOADABLE);
+        if !restart.is_empty() {
+            return Err(gearshift_service::reload::restart_message(&restart));
         }
+        let acfg = setup::agent_config(&cfg, metrics.clone()).map_err(|e| e.to_string())?;
         agent.reload(acfg);
         current = cfg;
         Ok(())

@@ -221,6 +221,16 @@ impl<C: ServiceConfig> Service<C> {
     where
         F: FnMut(C) -> Result<(), String> + Send + 'static,
     {
+        self.on_reload_async(move |c| std::future::ready(apply(c)));
+    }
+
+    /// [`Service::on_reload`] for an `apply` that must wait (for the agent's
+    /// loop to rebuild what the file names): one reload at a time.
+    pub fn on_reload_async<F, Fut>(&self, mut apply: F)
+    where
+        F: FnMut(C) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<(), String>> + Send,
+    {
         let mut reloads = self.shutdown.reloads();
         let token = self.shutdown.token.clone();
         let path = self.path.clone();
@@ -230,9 +240,10 @@ impl<C: ServiceConfig> Service<C> {
                     r = reloads.changed() => if r.is_err() { return },
                     _ = token.cancelled() => return,
                 }
-                let applied = crate::config::load::<C>(&path, C::ENV_PREFIX)
-                    .map_err(|e| e.to_string())
-                    .and_then(&mut apply);
+                let applied = match crate::config::load::<C>(&path, C::ENV_PREFIX) {
+                    Ok(c) => apply(c).await,
+                    Err(e) => Err(e.to_string()),
+                };
                 match applied {
                     Ok(()) => tracing::info!(path = %path.display(), "configuration reloaded"),
                     Err(e) => tracing::error!(error = %e,

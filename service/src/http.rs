@@ -76,3 +76,59 @@ pub async fn serve_in(
     });
     Ok((local, task))
 }
+
+/// A listener that a reload can move: [`Listener::rebind`] binds the new
+/// address before closing the old one, so a refused move keeps serving
+/// where it was.
+#[derive(Debug)]
+pub struct Listener {
+    tracker: TaskTracker,
+    router: Router,
+    parent: CancellationToken,
+    current: Option<(SocketAddr, SocketAddr, CancellationToken)>,
+}
+
+impl Listener {
+    /// Serves nothing yet; `router` is served on each address given to
+    /// [`Listener::rebind`], until `parent` is cancelled.
+    pub fn new(tracker: TaskTracker, router: Router, parent: CancellationToken) -> Self {
+        Listener {
+            tracker,
+            router,
+            parent,
+            current: None,
+        }
+    }
+
+    /// Serves on `addr` (`None`: nowhere) from now on. Nothing changes when
+    /// `addr` is the address already asked for; a bind failure leaves the
+    /// old listener serving. Returns the bound address.
+    pub async fn rebind(
+        &mut self,
+        addr: Option<SocketAddr>,
+    ) -> std::io::Result<Option<SocketAddr>> {
+        if let Some((asked, bound, _)) = &self.current
+            && Some(*asked) == addr
+        {
+            return Ok(Some(*bound));
+        }
+        let next = match addr {
+            Some(a) => {
+                let token = self.parent.child_token();
+                let (bound, _) =
+                    serve_in(&self.tracker, a, self.router.clone(), token.clone()).await?;
+                Some((a, bound, token))
+            }
+            None => None,
+        };
+        if let Some((_, _, old)) = std::mem::replace(&mut self.current, next) {
+            old.cancel();
+        }
+        Ok(self.current.as_ref().map(|(_, b, _)| *b))
+    }
+
+    /// The bound address, while serving.
+    pub fn local(&self) -> Option<SocketAddr> {
+        self.current.as_ref().map(|(_, b, _)| *b)
+    }
+}

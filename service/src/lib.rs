@@ -22,7 +22,9 @@
 //! - [`shutdown`]: one cancellation tree plus SIGTERM/SIGINT/SIGHUP handling.
 //! - [`notify`]: systemd `sd_notify` READY, STOPPING and the watchdog.
 //! - [`lock`]: an exclusive `flock` on a state directory.
-//! - [`http`]: the HTTP listener that serves `/metrics` (and the dashboard).
+//! - [`http`]: the HTTP listener that serves `/metrics` (and the dashboard),
+//!   movable to a new address by a reload.
+//! - [`reload`]: which changed keys a reload can apply and which need a restart.
 //! - [`ratelimit`]: per-key log budgets, so that floods do not drown the log;
 //!   [`refusals`] the log of messages the signed-message gate refused.
 #![forbid(unsafe_code)]
@@ -39,5 +41,6 @@ pub mod logging;
 pub mod notify;
 pub mod ratelimit;
 pub mod refusals;
+pub mod reload;
 pub mod sections;
 pub mod shutdown;

@@ -26,6 +26,10 @@
 //! - [`chaos`]: `gearshift-sim chaos`: the fault campaign (SIGKILLs, closed
 //!   connections, a bus outage) over real RabbitMQ with invariant checks.
 //! - [`lite`]: thousands of light simulated nodes for the benchmark.
+//! - [`replay`]: `gearshift-sim replay`: the broker agent's real policy and
+//!   sagas in virtual time against a recorded or synthetic report trace
+//!   (what-if), with the replay's own nodes (the node agent's core, lite
+//!   nodes' gears) and cloud.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -35,3 +39,4 @@ pub mod demo;
 pub mod fleet;
 pub mod harness;
 pub mod lite;
+pub mod replay;

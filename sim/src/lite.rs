@@ -53,17 +53,18 @@ pub struct LiteSpec {
     pub tag: String,
 }
 
-/// One simulated node's mutable state.
+/// One simulated node's mutable state (a lite node's, and a replayed
+/// node's in `gearshift-sim replay`).
 #[derive(Debug)]
-struct NodeState {
-    seq: u64,
-    gears: Vec<u32>,
+pub(crate) struct NodeState {
+    pub(crate) seq: u64,
+    pub(crate) gears: Vec<u32>,
     /// Of the gears, how many are started; the rest are idle.
-    started: u32,
+    pub(crate) started: u32,
     /// A report is due (coalesces the changes of one evacuation).
-    dirty: bool,
+    pub(crate) dirty: bool,
     /// The node's decisions, as a node agent takes them.
-    core: NodeCore,
+    pub(crate) core: NodeCore,
 }
 
 /// One simulated node.
@@ -202,7 +203,7 @@ impl LiteFleet {
             by_name,
             buses,
             brokers,
-            core_config: lite_core_config(),
+            core_config: lite_core_config(Utc::now()),
             spec,
             next_gear: AtomicU64::new(u64::from(next_gear)),
             counters: LiteCounters::default(),
@@ -450,8 +451,8 @@ impl LiteFleet {
 
 /// The core settings of every lite node: a node agent's defaults, a small
 /// journal (no lite node is sent more than a few commands), no Heat.
-fn lite_core_config() -> CoreConfig {
-    let mut c = CoreConfig::new(Utc::now());
+pub(crate) fn lite_core_config(now: chrono::DateTime<Utc>) -> CoreConfig {
+    let mut c = CoreConfig::new(now);
     c.journal_capacity = 16;
     c
 }
@@ -460,7 +461,7 @@ fn gear_name(id: u32) -> String {
     format!("g{id:08}")
 }
 
-fn gear_infos(st: &NodeState) -> Vec<GearInfo> {
+pub(crate) fn gear_infos(st: &NodeState) -> Vec<GearInfo> {
     st.gears
         .iter()
         .enumerate()

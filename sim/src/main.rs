@@ -30,6 +30,11 @@ enum Cmd {
     /// random points of sagas, closed connections and a bus outage, with the
     /// invariants checked after every round.
     Chaos(gearshift_sim::chaos::ChaosArgs),
+    /// What-if: the broker agent's real policy and sagas in virtual time
+    /// against a recorded (or synthetic) report trace, with a simulated
+    /// cloud; prints every decision, the nodes booted and removed, the peak
+    /// usage.
+    Replay(gearshift_sim::replay::ReplayArgs),
 }
 
 fn main() -> ExitCode {
@@ -38,5 +43,6 @@ fn main() -> ExitCode {
         Cmd::Demo(args) => gearshift_sim::demo::main(args),
         Cmd::Bench(args) => gearshift_sim::bench::main(args),
         Cmd::Chaos(args) => gearshift_sim::chaos::main(args),
+        Cmd::Replay(args) => gearshift_sim::replay::main(args),
     }
 }

@@ -63,6 +63,11 @@ impl BrokerProcess {
         assert!(st.success(), "kill -HUP failed");
     }
 
+    /// The exit status, if it has exited.
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().ok().flatten()
+    }
+
     /// SIGKILL, and reap.
     pub fn kill(mut self) {
         let _ = self.child.kill();

@@ -9,7 +9,7 @@ use gearshift_bus::SharedBus;
 use gearshift_handlers::{FleetView, GroupKey, Handler};
 use gearshift_proto::msg::NodeProperties;
 use gearshift_proto::{KeyPair, Keyring};
-use tokio::sync::{broadcast, watch};
+use tokio::sync::{broadcast, mpsc, watch};
 use tokio_util::task::TaskTracker;
 
 use super::{Agent, AgentError};
@@ -56,7 +56,6 @@ pub struct AgentBuilder {
     planner: Option<Arc<dyn EvacuationPlanner>>,
     state_dir: Option<PathBuf>,
     metrics: Option<Metrics>,
-    reloads: Option<watch::Receiver<Arc<BrokerConfig>>>,
     placement_service: bool,
     tracker: Option<TaskTracker>,
 }
@@ -81,7 +80,6 @@ impl AgentBuilder {
             planner: None,
             state_dir: None,
             metrics: None,
-            reloads: None,
             placement_service: true,
             tracker: None,
         }
@@ -130,12 +128,6 @@ impl AgentBuilder {
         self
     }
 
-    /// New configurations (SIGHUP reloads) arrive here.
-    pub fn reloads(mut self, r: watch::Receiver<Arc<BrokerConfig>>) -> Self {
-        self.reloads = Some(r);
-        self
-    }
-
     /// Also serve `placement.request` on the bus (default on).
     pub fn placement_service(mut self, on: bool) -> Self {
         self.placement_service = on;
@@ -165,17 +157,12 @@ impl AgentBuilder {
         let lock = gearshift_service::lock::lock_dir(&state_dir)?;
         let journal = Journal::open(&state_dir)?;
         let fleet = Arc::new(FleetSnapshot::default());
-        let ctx = gearshift_handlers::HandlerContext {
-            bus: Some(self.bus.clone()),
-            signer: Some(signer.clone()),
-            keyring: Some(keyring.clone()),
-            agent: self.cfg.agent.name.clone(),
-            bus_url: self.cfg.bus.url.clone(),
-            fleet: Arc::new(FleetHandle(fleet.clone())),
-        };
-        let handlers = build_handlers(&self.cfg, self.handlers, &ctx)?;
+        let ctx = handler_context(&self.cfg, &self.bus, &signer, keyring.clone(), &fleet);
+        let registered = self.handlers;
+        let handlers = build_handlers(&self.cfg, registered.clone(), &ctx)?;
         let engine = gearshift_placement::Engine::new(&self.cfg.placement)
             .map_err(|e| AgentError::Placement(e.to_string()))?;
+        let custom_planner = self.planner.is_some();
         let planner = self
             .planner
             .unwrap_or_else(|| Arc::new(PlacementPlanner::new(engine.clone())));
@@ -184,6 +171,7 @@ impl AgentBuilder {
         let paas = crate::paas::build(&cfg.paas);
         let (status_tx, _) = watch::channel(Arc::new(Status::default()));
         let (observed_tx, _) = broadcast::channel(1024);
+        let (reload_tx, reload_rx) = mpsc::channel(1);
         Ok(Agent {
             cfg,
             bus: self.bus,
@@ -199,7 +187,12 @@ impl AgentBuilder {
             status_tx,
             observed_tx,
             metrics: self.metrics.unwrap_or_default(),
-            reloads: self.reloads,
+            reload_tx,
+            reload_rx: Some(reload_rx),
+            registered,
+            custom_planner,
+            listener: None,
+            placement_stop: None,
             fleet,
             placement_service: self.placement_service,
             tracker: self.tracker.unwrap_or_default(),
@@ -208,8 +201,35 @@ impl AgentBuilder {
     }
 }
 
+impl Agent {
+    /// What a handler built now may use: the bus, the signer, `keyring`, the fleet.
+    pub(super) fn handler_context(
+        &self,
+        keyring: Arc<Keyring>,
+    ) -> gearshift_handlers::HandlerContext {
+        handler_context(&self.cfg, &self.bus, &self.signer, keyring, &self.fleet)
+    }
+}
+
+fn handler_context(
+    cfg: &BrokerConfig,
+    bus: &SharedBus,
+    signer: &Arc<KeyPair>,
+    keyring: Arc<Keyring>,
+    fleet: &Arc<FleetSnapshot>,
+) -> gearshift_handlers::HandlerContext {
+    gearshift_handlers::HandlerContext {
+        bus: Some(bus.clone()),
+        signer: Some(signer.clone()),
+        keyring: Some(keyring),
+        agent: cfg.agent.name.clone(),
+        bus_url: cfg.bus.url.clone(),
+        fleet: Arc::new(FleetHandle(fleet.clone())),
+    }
+}
+
 /// The registered handlers, plus every configured one not registered, plus `log`.
-fn build_handlers(
+pub(super) fn build_handlers(
     cfg: &BrokerConfig,
     mut handlers: BTreeMap<String, Arc<dyn Handler>>,
     ctx: &gearshift_handlers::HandlerContext,
@@ -230,7 +250,7 @@ fn build_handlers(
     Ok(handlers)
 }
 
-fn check_handlers(
+pub(super) fn check_handlers(
     cfg: &BrokerConfig,
     handlers: &BTreeMap<String, Arc<dyn Handler>>,
 ) -> Result<(), AgentError> {

@@ -31,6 +31,7 @@ mod apply;
 mod build;
 mod deliveries;
 mod intake;
+mod reload;
 pub mod replay;
 mod reports;
 mod subs;
@@ -53,7 +54,9 @@ use tokio_util::task::TaskTracker;
 
 use self::build::FleetSnapshot;
 pub use self::build::{AgentBuilder, KeySource};
+pub use self::reload::Reloader;
 use self::subs::{Subs, next};
+pub use self::tick::tick_interval;
 use crate::config::BrokerConfig;
 use crate::core::{Action, CallResult, CallTag, Core};
 use crate::journal::{Journal, JournalError};
@@ -118,7 +121,16 @@ pub struct Agent {
     status_tx: watch::Sender<Arc<Status>>,
     observed_tx: broadcast::Sender<Observed>,
     metrics: Metrics,
-    reloads: Option<watch::Receiver<Arc<BrokerConfig>>>,
+    reload_tx: mpsc::Sender<reload::ReloadRequest>,
+    reload_rx: Option<mpsc::Receiver<reload::ReloadRequest>>,
+    /// Handlers the embedding program registered: kept across reloads.
+    registered: BTreeMap<String, Arc<dyn Handler>>,
+    /// The embedding program chose the planner: reloads keep it.
+    custom_planner: bool,
+    /// The metrics and dashboard listener, which reloads move.
+    listener: Option<gearshift_service::http::Listener>,
+    /// Stops the placement service (to restart it after a reload).
+    placement_stop: Option<CancellationToken>,
     fleet: Arc<FleetSnapshot>,
     placement_service: bool,
     tracker: TaskTracker,
@@ -163,6 +175,10 @@ struct RunState {
     next_eval: tokio::time::Instant,
     /// The durable history, unless `[history]` disables it.
     history: Option<crate::history::Sink>,
+    /// How the last reload ended.
+    reload: Option<crate::status::ReloadStatus>,
+    /// The report trace, while `[trace] record` is on.
+    trace: Option<crate::trace::Recorder>,
     /// Which explanations are published (changed, or the keep-alive).
     explained: crate::explain::ExplainGate,
 }
@@ -217,6 +233,8 @@ impl RunState {
             pressure: None,
             next_eval,
             history,
+            reload: None,
+            trace: None,
             explained: crate::explain::ExplainGate::default(),
         }
     }
@@ -253,6 +271,17 @@ impl Agent {
         self.tracker.clone()
     }
 
+    /// Hands new configurations (SIGHUP) to the running agent.
+    pub fn reloader(&self) -> Reloader {
+        Reloader(self.reload_tx.clone())
+    }
+
+    /// The metrics and dashboard listener, which reloads move to a new
+    /// `metrics.listen`.
+    pub fn set_listener(&mut self, l: gearshift_service::http::Listener) {
+        self.listener = Some(l);
+    }
+
     /// Runs until `token` is cancelled, then lets in-flight handler calls
     /// finish within `agent.shutdown_grace` and returns. Fails only when the
     /// journal fails.
@@ -268,6 +297,7 @@ impl Agent {
             chrono::Duration::minutes(10).max(crate::core::dur(self.cfg.keys.time_window) * 2);
         let replay = replay::PersistedReplay::open(&self.state_dir, window, now);
         let mut st = RunState::new(results_tx, tokio::time::Instant::now(), history, replay);
+        st.trace = crate::trace::Recorder::open(&self.cfg.trace, &self.state_dir);
         let mut subs = Subs::default();
         self.metrics
             .watch_bus(&self.bus, token.clone(), &self.tracker);
@@ -286,6 +316,9 @@ impl Agent {
         st.next_eval = tokio::time::Instant::now() + first_eval;
         self.serve(&mut core, &mut st, &mut subs, &mut results_rx, &token)
             .await?;
+        if let Some(t) = st.trace.as_mut() {
+            t.flush();
+        }
         self.drain(&mut core, &mut st, &mut results_rx).await
     }
 
@@ -298,10 +331,9 @@ impl Agent {
         results_rx: &mut mpsc::UnboundedReceiver<CallDone>,
         token: &CancellationToken,
     ) -> Result2<()> {
-        let tick_every = tick::tick_interval(&self.cfg);
-        let mut tick = tokio::time::interval(tick_every);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut reloads = self.reloads.take();
+        let mut tick_every = tick::tick_interval(&self.cfg);
+        let mut tick = tick::ticker(tick_every);
+        let mut reloads = self.reload_rx.take();
         loop {
             tokio::select! {
                 biased;
@@ -335,31 +367,14 @@ impl Agent {
                     Some(d) => self.on_ping(st, d).await,
                     None => subs.pings = None,
                 },
-                Some(()) = changed(&mut reloads) => {
-                    if let Some(r) = reloads.as_ref() {
-                        let new = r.borrow().clone();
-                        tracing::info!("configuration reloaded");
-                        self.reload_keys(&new);
-                        self.cfg = new.clone();
-                        core.set_config(new);
+                Some(req) = reload::next_reload(&mut reloads) => {
+                    self.on_reload(core, st, req, token).await;
+                    if tick::tick_interval(&self.cfg) != tick_every {
+                        tick_every = tick::tick_interval(&self.cfg);
+                        tick = tick::ticker(tick_every);
                     }
                 }
             }
-        }
-    }
-
-    /// Reads the trusted keys again (when they come from the
-    /// configuration); a key directory that cannot be read keeps the keys
-    /// in use.
-    fn reload_keys(&mut self, cfg: &BrokerConfig) {
-        let Some(f) = &self.key_source else { return };
-        match f(cfg) {
-            Ok(ring) => {
-                let (before, after) = (self.keyring.len(), ring.len());
-                self.keyring = Arc::new(ring);
-                tracing::info!(before, after, "trusted keys reloaded");
-            }
-            Err(e) => tracing::error!(error = %e, "keys not reloaded: keeping the keys in use"),
         }
     }
 
@@ -416,13 +431,5 @@ impl Agent {
             }
         }
         Ok(())
-    }
-}
-
-/// The next configuration, or never when there is no reload channel.
-async fn changed(reloads: &mut Option<watch::Receiver<Arc<BrokerConfig>>>) -> Option<()> {
-    match reloads.as_mut() {
-        Some(r) => r.changed().await.ok(),
-        None => std::future::pending().await,
     }
 }

@@ -108,6 +108,9 @@ impl Agent {
         now: DateTime<Utc>,
     ) -> Result2<()> {
         let node = report.node.clone();
+        if let Some(t) = st.trace.as_mut() {
+            t.record(now, &report);
+        }
         match core.on_report(report, now) {
             Ok(acts) => {
                 self.metrics.report();

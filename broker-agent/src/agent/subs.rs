@@ -138,7 +138,9 @@ impl Agent {
 
     /// Serves `placement.request` with the agent's fleet snapshot, restarted
     /// a second after it stops, until `token` is cancelled.
-    pub(super) fn spawn_placement(&self, token: CancellationToken) {
+    pub(super) fn spawn_placement(&mut self, parent: CancellationToken) {
+        let token = parent.child_token();
+        self.placement_stop = Some(token.clone());
         let fleet = self.fleet.clone();
         let cordons = self.fleet.clone();
         let opts = gearshift_placement::service::ServeOptions {

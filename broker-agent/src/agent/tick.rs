@@ -32,6 +32,9 @@ impl Agent {
         }
         self.refresh_fleet_paced(core, st, now, tick_every);
         self.publish_status(core, st, now, true);
+        if let Some(t) = st.trace.as_mut() {
+            t.flush();
+        }
         Ok(())
     }
 
@@ -141,14 +144,23 @@ impl Agent {
         st.status_dirty = false;
         let t = std::time::Instant::now();
         self.metrics.refresh(core);
-        let s = Status::of(core, &self.cfg.agent.name, now, &st.refused);
+        let mut s = Status::of(core, &self.cfg.agent.name, now, &st.refused);
+        s.reload = st.reload.clone();
         let _ = self.status_tx.send(Arc::new(s));
         st.status_cost = t.elapsed();
     }
 }
 
-/// A quarter of the shortest timer, between 20 ms and 1 s.
-pub(super) fn tick_interval(cfg: &BrokerConfig) -> Duration {
+/// The loop's timer, every `every`, late ticks delayed rather than bunched.
+pub(super) fn ticker(every: Duration) -> tokio::time::Interval {
+    let mut t = tokio::time::interval(every);
+    t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    t
+}
+
+/// How often the agent runs the core's timers: a quarter of the shortest
+/// timer of `cfg`, between 20 ms and 1 s (the replay ticks as often).
+pub fn tick_interval(cfg: &BrokerConfig) -> Duration {
     let s = &cfg.saga;
     let p = &cfg.policy;
     let shortest = [

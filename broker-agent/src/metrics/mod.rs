@@ -51,6 +51,8 @@ pub struct Metrics {
     bus_reconnects: Counter,
     bus_connected: Gauge,
     nodes: Gauge,
+    reloads: Family<Labels, Counter>,
+    reload_refused: Gauge,
     capacity: Capacity,
 }
 
@@ -105,6 +107,8 @@ impl Metrics {
             bus_reconnects: Counter::default(),
             bus_connected: Gauge::default(),
             nodes: Gauge::default(),
+            reloads: Family::default(),
+            reload_refused: Gauge::default(),
             capacity: Capacity::default(),
         };
         m.capacity.register(&mut r);
@@ -157,6 +161,16 @@ impl Metrics {
             "Nodes the agent knows from their reports (fresh or stale)",
             m.nodes.clone(),
         );
+        r.register(
+            "config_reloads",
+            "Configuration reloads (SIGHUP), by result (applied, refused)",
+            m.reloads.clone(),
+        );
+        r.register(
+            "config_reload_refused",
+            "1 while the last reload was refused: the file on disk is not what runs",
+            m.reload_refused.clone(),
+        );
         Metrics {
             registry: Arc::new(Mutex::new(r)),
             ..m
@@ -193,6 +207,13 @@ impl Metrics {
     /// Decision latency, in seconds.
     pub fn latency(&self, secs: f64) {
         self.latency.observe(secs);
+    }
+
+    /// A reload was applied (`true`) or refused.
+    pub fn reload(&self, applied: bool) {
+        let result = if applied { "applied" } else { "refused" };
+        self.reloads.get_or_create(&l(&[("result", result)])).inc();
+        self.reload_refused.set(i64::from(!applied));
     }
 
     /// An evaluation ran.

@@ -94,6 +94,12 @@ pub struct DemoArgs {
     /// what the demo publishes (default: a temporary directory).
     #[arg(long, value_name = "DIR")]
     pub keys: Option<std::path::PathBuf>,
+    /// Record the node reports the broker agent receives to this trace file
+    /// (`[trace]`), and write the demo's broker configuration beside it as
+    /// `FILE.broker.toml`: `gearshift-sim replay --config FILE.broker.toml
+    /// --trace FILE` replays the run.
+    #[arg(long, value_name = "FILE")]
+    pub record_trace: Option<std::path::PathBuf>,
     /// Give up after this long.
     #[arg(long, default_value = "2m", value_parser = humantime::parse_duration)]
     pub timeout: Duration,
@@ -119,6 +125,7 @@ impl Default for DemoArgs {
             json: false,
             http: None,
             keys: None,
+            record_trace: None,
             timeout: Duration::from_secs(120),
             log_format: LogFormat::Human,
             log_level: None,

@@ -163,6 +163,24 @@ fn broker_config(
         },
     )
     .map_err(|i| DemoError::Config(format!("<demo broker.toml>: key `{}`: {}", i.key, i.reason)))
+    .and_then(|c| record_trace(c, args))
+}
+
+/// With `--record-trace FILE`: the agent records its reports there, and the
+/// configuration goes beside it (`FILE.broker.toml`) for a replay.
+fn record_trace(mut c: BrokerConfig, args: &DemoArgs) -> Result<BrokerConfig, DemoError> {
+    let Some(path) = &args.record_trace else {
+        return Ok(c);
+    };
+    c.trace.record = true;
+    c.trace.path = Some(path.clone());
+    let mut file = path.clone().into_os_string();
+    file.push(".broker.toml");
+    let text = c.to_toml().map_err(DemoError::Config)?;
+    std::fs::write(&file, text).map_err(|e| {
+        DemoError::Config(format!("{}: {e}", std::path::Path::new(&file).display()))
+    })?;
+    Ok(c)
 }
 
 /// One connection each for the broker agent, the node agents and the

@@ -59,23 +59,29 @@ pub fn free_port() -> anyhow::Result<u16> {
 
 /// The Prometheus text of `http://127.0.0.1:<port>/metrics`.
 pub async fn scrape(port: u16) -> anyhow::Result<Metrics> {
+    Ok(Metrics::parse(&http_get(port, "/metrics").await?))
+}
+
+/// The body of `GET http://127.0.0.1:<port><path>` (HTTP/1.0, 16 MiB at
+/// most, 5 s at most).
+pub async fn http_get(port: u16, path: &str) -> anyhow::Result<String> {
     let fut = async {
         let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
-        s.write_all(b"GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
-            .await?;
+        let req = format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n");
+        s.write_all(req.as_bytes()).await?;
         let mut buf = Vec::new();
         s.take(16 * 1024 * 1024).read_to_end(&mut buf).await?;
         Ok::<_, std::io::Error>(buf)
     };
     let buf = tokio::time::timeout(Duration::from_secs(5), fut)
         .await
-        .context("metrics endpoint did not answer within 5 s")??;
+        .with_context(|| format!("{path} did not answer within 5 s"))??;
     let text = String::from_utf8_lossy(&buf);
     let body = text
         .split_once("\r\n\r\n")
         .map(|x| x.1)
         .context("no HTTP body")?;
-    Ok(Metrics::parse(body))
+    Ok(body.to_string())
 }
 
 /// Parsed Prometheus samples: name with labels -> value.

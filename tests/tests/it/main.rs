@@ -6,6 +6,7 @@
 //! suites). Each module's own doc says what it tests.
 
 mod broker_kill;
+mod broker_reload;
 mod broker_sagas;
 mod bus_least_privilege;
 mod chaos_disruptive;
@@ -33,4 +34,5 @@ mod pushstats_docs;
 mod pushstats_gnocchi;
 mod pushstats_pusher;
 mod python_client;
+mod sim_replay;
 mod trust_identity;

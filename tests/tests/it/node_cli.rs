@@ -234,8 +234,8 @@ fn check_status(cfg: &Path) {
     assert!(human.contains("5 total"), "{human}");
 }
 
-/// SIGHUP: a valid change applies; a broken file is refused and the agent
-/// keeps running.
+/// SIGHUP: a valid change applies; a change to a key that only applies at
+/// start, and a broken file, are refused and the agent keeps running.
 fn check_reloads(node: &mut NodeProcess, d: &Path, cfg: &Path, port: u16) {
     let hup = || {
         Command::new("kill")
@@ -248,10 +248,24 @@ fn check_reloads(node: &mut NodeProcess, d: &Path, cfg: &Path, port: u16) {
     wait_for(Duration::from_secs(10), "the reload", || {
         node.log_tail().contains("configuration reloaded")
     });
+    // A key that only applies at start: refused, naming it.
+    let renamed = config(d, port, "2s").replace("cli-node.example.com", "other.example.com");
+    std::fs::write(cfg, renamed).unwrap();
+    hup();
+    wait_for(
+        Duration::from_secs(10),
+        "the reload refused for node.name",
+        || {
+            let log = node.log_tail();
+            log.contains("reload refused")
+                && log.contains("restart the agent")
+                && log.contains("node.name")
+        },
+    );
     std::fs::write(cfg, "[evacuation]\nparallelism = 0\n").unwrap();
     hup();
-    wait_for(Duration::from_secs(10), "the refused reload", || {
-        node.log_tail().contains("reload refused")
+    wait_for(Duration::from_secs(10), "the refused bad file", || {
+        node.log_tail().contains("evacuation.parallelism")
     });
     assert!(node.exited().is_none(), "still running after a bad reload");
 }
