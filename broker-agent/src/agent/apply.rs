@@ -11,7 +11,7 @@ use gearshift_proto::{Envelope, routing};
 use uuid::Uuid;
 
 use super::{Agent, Observed, Result2, RunState};
-use crate::core::{Action, CallResult, CallTag, Core, HandlerCall};
+use crate::core::{Action, CallResult, CallTag, Core, HandlerCall, PaasCall};
 use crate::history::Event;
 use crate::ops::OpId;
 
@@ -34,6 +34,7 @@ impl Agent {
         for a in acts {
             match a {
                 Action::Call { tag, handler, call } => self.spawn_call(st, tag, handler, call),
+                Action::Paas { tag, call } => self.spawn_paas(st, tag, call),
                 Action::Explain(x) => {
                     st.record_event(now, Event::Explanation(x.clone()));
                     explanations.push(x);
@@ -107,6 +108,23 @@ impl Agent {
                 ))),
             };
             let _ = tx.send((tag, name, res));
+        });
+    }
+
+    /// Runs a district change on a task (the adapter bounds it with its
+    /// own timeout); its answer comes back through the results channel.
+    fn spawn_paas(&self, st: &mut RunState, tag: CallTag, call: PaasCall) {
+        st.in_flight_calls += 1;
+        let tx = st.results_tx.clone();
+        let paas = self.paas.clone();
+        tracing::info!(operation = %call.operation(), tag = ?tag, "paas call");
+        self.tracker.spawn(async move {
+            let res = call.run(&*paas).await;
+            match &res {
+                Ok(o) => tracing::info!(operation = %call.operation(), outcome = %o, "paas call answered"),
+                Err(e) => tracing::warn!(operation = %call.operation(), error = %e, "paas call not run"),
+            }
+            let _ = tx.send((tag, "paas", CallResult::Paas(res)));
         });
     }
 

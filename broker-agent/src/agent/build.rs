@@ -162,6 +162,7 @@ impl AgentBuilder {
             .unwrap_or_else(|| Arc::new(PlacementPlanner::new(engine.clone())));
         let cfg = Arc::new(self.cfg);
         check_handlers(&cfg, &handlers)?;
+        let paas = crate::paas::build(&cfg.paas);
         let (status_tx, _) = watch::channel(Arc::new(Status::default()));
         let (observed_tx, _) = broadcast::channel(1024);
         Ok(Agent {
@@ -170,6 +171,7 @@ impl AgentBuilder {
             signer,
             keyring,
             handlers: Arc::new(handlers),
+            paas,
             planner,
             engine,
             journal,

@@ -101,6 +101,8 @@ pub struct Agent {
     signer: Arc<KeyPair>,
     keyring: Arc<Keyring>,
     handlers: Arc<BTreeMap<String, Arc<dyn Handler>>>,
+    /// OpenShift's district tools (`[paas]`), for the sagas' district changes.
+    paas: Arc<dyn crate::paas::PaasAdapter>,
     planner: Arc<dyn EvacuationPlanner>,
     engine: gearshift_placement::Engine,
     journal: Journal,

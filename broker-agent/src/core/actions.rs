@@ -13,6 +13,7 @@ use gearshift_proto::msg::{Decision, DecisionKind, Explanation, Message};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
+use super::paas_call::{PaasCall, PaasResult};
 use crate::ops::{GroupState, Op, OpId};
 
 /// Converts a std duration to chrono (saturating at ten years).
@@ -48,6 +49,15 @@ pub enum Action {
     Decide(Decision),
     /// Publish an explanation on `explain.<district>.<profile>`.
     Explain(Explanation),
+    /// Run a district change through the PaaS adapter; the answer comes back
+    /// through [`Core::on_handler_result`](crate::core::Core::on_handler_result)
+    /// as [`CallResult::Paas`].
+    Paas {
+        /// Where the result goes.
+        tag: CallTag,
+        /// The change.
+        call: PaasCall,
+    },
 }
 
 /// Who a handler result belongs to.
@@ -131,6 +141,8 @@ pub enum CallResult {
     Presence(Result<Presence, HandlerError>),
     /// Of `capacity`.
     Capacity(Result<Capacity, HandlerError>),
+    /// Of a PaaS adapter call.
+    Paas(PaasResult),
 }
 
 impl CallResult {
@@ -142,6 +154,13 @@ impl CallResult {
             CallResult::Lookup(r) => r.as_ref().err(),
             CallResult::Presence(r) => r.as_ref().err(),
             CallResult::Capacity(r) => r.as_ref().err(),
+            CallResult::Paas(r) => {
+                return match r {
+                    Ok(o) if o.is_success() => "ok",
+                    Ok(o) => o.label(),
+                    Err(_) => "not_run",
+                };
+            }
         };
         e.map_or("ok", HandlerError::label)
     }
@@ -163,6 +182,8 @@ pub enum Effect {
     },
     /// Call the operation's (or group's) handler.
     Call(HandlerCall),
+    /// Run a district change through the PaaS adapter.
+    Paas(PaasCall),
     /// Publish a decision about the operation's (or tracker's) group.
     Decide(Note),
 }

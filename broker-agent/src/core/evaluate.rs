@@ -63,33 +63,32 @@ impl Core {
             reason: format!("{}: {what}", b.detail),
             handler: None,
             stats: None,
+            dry_run: false,
         }))
     }
 
     /// Cancels drains, then starts scale-ups, or starts a drain; updates the
     /// group's memory; explains, with the operations now in flight.
     fn apply_group(&mut self, v: GroupVerdict, now: DateTime<Utc>) -> Vec<Action> {
-        let key: GroupKey = v.key;
+        let key: GroupKey = v.key.clone();
         let mut out = vec![];
-        for op in &v.cancels {
-            let why = format!("scale-up pressure: {}", v.up_reason);
-            let cancel = DownInput::Abort { why, cancel: true };
-            out.extend(self.drive_down(op, cancel, now));
-        }
-        for _ in 0..v.creates {
-            out.extend(self.start_scale_up(&key, v.up_reason.clone(), now).1);
-        }
-        if let Some(d) = v.drain {
-            out.extend(
-                self.start_scale_down(&key, &d.node, d.origin, d.reason, false, now)
-                    .1,
-            );
+        let mut summary = None;
+        if self.cfg.dry_run(&key) {
+            // No operation starts: see `dry_run.rs`.
+            let (acts, said) = self.dry_run(&key, &v, now);
+            out.extend(acts);
+            summary = said;
+        } else {
+            out.extend(self.start_verdict(&key, &v, now));
         }
         let underused = self.groups.get(&key).and_then(|s| s.memory.underused_since);
         if underused != v.underused_since {
             self.group_mut(&key).memory.underused_since = v.underused_since;
         }
         let mut x = v.explanation;
+        if let Some(s) = summary {
+            x.summary = s;
+        }
         x.ops_in_flight = self
             .ops
             .in_flight()
@@ -97,6 +96,32 @@ impl Core {
             .map(|o| o.id.to_string())
             .collect();
         out.push(Action::Explain(x));
+        out
+    }
+
+    /// The drain cancels, scale-ups and drain a verdict calls for.
+    fn start_verdict(
+        &mut self,
+        key: &GroupKey,
+        v: &GroupVerdict,
+        now: DateTime<Utc>,
+    ) -> Vec<Action> {
+        let mut out = vec![];
+        for op in &v.cancels {
+            let why = format!("scale-up pressure: {}", v.up_reason);
+            let cancel = DownInput::Abort { why, cancel: true };
+            out.extend(self.drive_down(op, cancel, now));
+        }
+        for _ in 0..v.creates {
+            out.extend(self.start_scale_up(key, v.up_reason.clone(), now).1);
+        }
+        if let Some(d) = &v.drain {
+            let (node, origin, reason) = (&d.node, d.origin.clone(), d.reason.clone());
+            out.extend(
+                self.start_scale_down(key, node, origin, reason, false, now)
+                    .1,
+            );
+        }
         out
     }
 }

@@ -19,11 +19,13 @@
 //! - [`crate::policy`]: the read-only evaluation whose verdicts the
 //!   coordinator applies (`evaluate.rs`).
 //! - [`facts`]: the read-only view the policy and the machines share;
-//!   [`actions`]: the vocabulary between machines, coordinator and driver.
+//!   [`actions`]: the vocabulary between machines, coordinator and driver;
+//!   [`paas_call`]: the district changes a machine asks of the PaaS adapter.
 //! - Here: the coordinator's state; `route.rs` sends each input to its
 //!   machine, `drive.rs` steps a machine and addresses its effects,
 //!   `operate.rs` carries out operator requests (pauses, cordons,
-//!   activations, drains).
+//!   activations, drains), `dry_run.rs` what a group whose handler is `log`
+//!   gets instead of operations (decisions marked `dry_run`).
 //!
 //! Besides the journal's changes, the coordinator keeps the history records
 //! of what it did (saga steps, operator requests) for the driver to append
@@ -37,10 +39,12 @@ pub mod actions;
 pub mod exhaustion;
 pub mod facts;
 pub mod operator;
+pub mod paas_call;
 pub mod scale_down;
 pub mod scale_up;
 
 mod drive;
+mod dry_run;
 mod evaluate;
 mod operate;
 mod route;
@@ -64,6 +68,7 @@ pub use self::actions::{
 pub use self::facts::Facts;
 use self::operator::Marks;
 use self::operator::controls::Cordons;
+pub use self::paas_call::{PaasCall, PaasResult};
 use crate::config::BrokerConfig;
 use crate::fleet::Fleet;
 use crate::history::{Event, Record, SagaStep};

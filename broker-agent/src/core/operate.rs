@@ -61,6 +61,9 @@ impl Core {
                 operator::status(&Status::of(self, agent, now, refused)),
                 vec![],
             ),
+            Order::Evacuate(ev) if self.cfg.dry_run(&ev.group) => {
+                (operator::refused(dry_run_refusal(&ev)), vec![])
+            }
             Order::Evacuate(ev) => {
                 let (node, keep) = (ev.node.clone(), ev.keep);
                 let (op, acts) = self.evacuate(ev, now);
@@ -104,6 +107,9 @@ impl Core {
         now: DateTime<Utc>,
     ) -> Result<(OpId, Vec<Action>), String> {
         let ev = operator::evacuate(&self.facts(), node, by, now)?;
+        if self.cfg.dry_run(&ev.group) {
+            return Err(dry_run_refusal(&ev));
+        }
         Ok(self.evacuate(ev, now))
     }
 
@@ -248,4 +254,13 @@ impl Core {
         }
         self.fleet.set_cordoned(node, true);
     }
+}
+
+/// Why a drain is refused in a group whose handler is `log`: a dry run
+/// sends no command to any node.
+fn dry_run_refusal(ev: &Evacuation) -> String {
+    format!(
+        "{}'s group {} has the log handler, a dry run: no command is sent to any node; give the group a handler that acts to drain it",
+        ev.node, ev.group
+    )
 }

@@ -382,7 +382,7 @@ impl Acc {
             self.s.nodes_missing += 1;
             return;
         }
-        if e.report.active {
+        if e.is_active() {
             self.s.nodes_active += 1;
         } else {
             self.s.nodes_inactive += 1;
@@ -398,7 +398,7 @@ impl Acc {
             self.s.nodes_missing -= 1;
             return;
         }
-        if e.report.active {
+        if e.is_active() {
             self.s.nodes_active -= 1;
         } else {
             self.s.nodes_inactive -= 1;
