@@ -72,6 +72,11 @@ pub enum CallTag {
     },
     /// A group's exhaustion check.
     Group(GroupKey),
+    /// An operator's request about a node (its answer is only logged).
+    Operator {
+        /// The node.
+        node: String,
+    },
 }
 
 /// A handler call.

@@ -22,9 +22,25 @@ use crate::planner::PlanInput;
 use crate::policy::GroupVerdict;
 
 impl Core {
+    /// Whether group `g` runs dry: the handler the driver registered under
+    /// its handler's name is the `log` handler (a configuration may name a
+    /// placeholder the driver replaces), else what the configuration says.
+    pub fn is_dry_run(&self, g: &GroupKey) -> bool {
+        let name = self.cfg.group(g).handler;
+        match self.handler_kinds.get(&name) {
+            Some(kind) => kind == "log",
+            None => self.cfg.dry_run(g),
+        }
+    }
+
+    /// The kind (`log`, `nova`, ...) of each handler the driver runs, by name.
+    pub fn set_handler_kinds(&mut self, kinds: BTreeMap<String, String>) {
+        self.handler_kinds = kinds;
+    }
+
     /// What `v` would start in group `key`, as decisions marked `dry_run`,
     /// and the explanation's summary of it (`None`: nothing would happen).
-    pub(crate) fn dry_run(
+    pub(crate) fn dry_verdict(
         &mut self,
         key: &GroupKey,
         v: &GroupVerdict,

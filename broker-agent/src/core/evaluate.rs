@@ -73,9 +73,9 @@ impl Core {
         let key: GroupKey = v.key.clone();
         let mut out = vec![];
         let mut summary = None;
-        if self.cfg.dry_run(&key) {
+        if self.is_dry_run(&key) {
             // No operation starts: see `dry_run.rs`.
-            let (acts, said) = self.dry_run(&key, &v, now);
+            let (acts, said) = self.dry_verdict(&key, &v, now);
             out.extend(acts);
             summary = said;
         } else {

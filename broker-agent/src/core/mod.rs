@@ -94,6 +94,8 @@ pub struct Core {
     pub(crate) pressure_seen: Option<DateTime<Utc>>,
     /// History records not yet taken by the driver.
     pub(crate) history: Vec<Record>,
+    /// The kind of each handler the driver runs, by name (`log`: a dry run).
+    pub(crate) handler_kinds: BTreeMap<String, String>,
 }
 
 impl std::fmt::Debug for Core {
@@ -127,6 +129,7 @@ impl Core {
             eval_due: None,
             pressure_seen: None,
             history: vec![],
+            handler_kinds: BTreeMap::new(),
         }
     }
 

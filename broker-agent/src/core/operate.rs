@@ -10,9 +10,10 @@ use gearshift_handlers::GroupKey;
 use gearshift_proto::msg::{Activate, AdminReply, AdminRequest, Message};
 
 use super::Core;
-use super::actions::Action;
+use super::actions::{Action, CallTag};
 use super::operator::controls::{Cordon, Pause};
 use super::operator::{self, Abort, Evacuation, Order};
+use super::paas_call::PaasCall;
 use super::scale_down::DownInput;
 use super::scale_up::UpInput;
 use crate::history::{Event, OperatorAct};
@@ -61,7 +62,7 @@ impl Core {
                 operator::status(&Status::of(self, agent, now, refused)),
                 vec![],
             ),
-            Order::Evacuate(ev) if self.cfg.dry_run(&ev.group) => {
+            Order::Evacuate(ev) if self.is_dry_run(&ev.group) => {
                 (operator::refused(dry_run_refusal(&ev)), vec![])
             }
             Order::Evacuate(ev) => {
@@ -107,7 +108,7 @@ impl Core {
         now: DateTime<Utc>,
     ) -> Result<(OpId, Vec<Action>), String> {
         let ev = operator::evacuate(&self.facts(), node, by, now)?;
-        if self.cfg.dry_run(&ev.group) {
+        if self.is_dry_run(&ev.group) {
             return Err(dry_run_refusal(&ev));
         }
         Ok(self.evacuate(ev, now))
@@ -211,9 +212,27 @@ impl Core {
         operator::cordoned(node, on)
     }
 
-    /// Sends `cmd.activate` to an inactive node, and lifts its cordon.
+    /// Sends `cmd.activate` to an inactive node, runs `activate-node` when
+    /// OpenShift's district marks it inactive, and lifts its cordon.
     fn activate(&mut self, node: &str, by: &str) -> (AdminReply, Vec<Action>) {
         let mut acts = vec![];
+        let district = self
+            .fleet
+            .get(node)
+            .filter(|e| e.district_inactive())
+            .and_then(|e| e.report.district_uuid().map(str::to_string));
+        let paas = self.cfg.paas.kind == crate::paas::PaasKind::OpenShift;
+        if let Some(district) = district.clone().filter(|_| paas) {
+            acts.push(Action::Paas {
+                tag: CallTag::Operator {
+                    node: node.to_string(),
+                },
+                call: PaasCall::Activate {
+                    district,
+                    host: node.to_string(),
+                },
+            });
+        }
         let inactive = self.fleet.get(node).is_some_and(|e| !e.report.active);
         let mut op = None;
         if inactive {
@@ -233,7 +252,22 @@ impl Core {
         if uncordoned {
             self.cordon(node, None);
         }
-        (operator::activating(node, op.as_ref(), uncordoned), acts)
+        let mut reply = operator::activating(node, op.as_ref(), uncordoned);
+        if let Some(d) = district {
+            let said = if paas {
+                format!("activate-node {node} in district {d}")
+            } else {
+                format!(
+                    "{node} is inactive in district {d}: run `oo-admin-ctl-district -c activate-node -u {d} -i {node}` ([paas] kind = \"none\")"
+                )
+            };
+            reply.message = [reply.message.as_str(), said.as_str()]
+                .into_iter()
+                .filter(|p| !p.is_empty())
+                .collect::<Vec<_>>()
+                .join("; ");
+        }
+        (reply, acts)
     }
 
     /// A maintenance drain ended: its node stays cordoned until an operator

@@ -17,6 +17,13 @@ pub enum PaasCall {
         /// The node's profile (add-node checks it against the district's).
         profile: String,
     },
+    /// `activate-node`: an operator returns a node to service.
+    Activate {
+        /// The district's UUID.
+        district: String,
+        /// The node's server identity.
+        host: String,
+    },
 }
 
 /// The adapter's answer; `Err` when the command could not be run at all
@@ -28,6 +35,7 @@ impl PaasCall {
     pub fn operation(&self) -> Operation {
         match self {
             PaasCall::AddNode { .. } => Operation::AddNode,
+            PaasCall::Activate { .. } => Operation::Activate,
         }
     }
 
@@ -39,6 +47,7 @@ impl PaasCall {
                 host,
                 profile,
             } => paas.add_node(district, host, profile).await,
+            PaasCall::Activate { district, host } => paas.activate(district, host).await,
         };
         r.map_err(|e| e.to_string())
     }

@@ -94,6 +94,17 @@ impl Core {
                 CallResult::Capacity(r) => self.drive_supply(&g, SupplyInput::Capacity(r), now),
                 _ => vec![],
             },
+            CallTag::Operator { node } => {
+                match &result {
+                    CallResult::Paas(Ok(o)) if o.is_success() => {
+                        tracing::info!(node, outcome = %o, "operator's district change done")
+                    }
+                    other => {
+                        tracing::warn!(node, result = ?other, "operator's district change failed")
+                    }
+                }
+                vec![]
+            }
             CallTag::Op { op, seq } => {
                 let Some(o) = self.ops.get(&op) else {
                     return vec![];

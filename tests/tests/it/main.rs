@@ -21,6 +21,7 @@ mod node_commands;
 mod node_evacuation_kill;
 mod node_heat;
 mod node_outage;
+mod openshift_join;
 mod openstack_conformance;
 mod packaging_rpm;
 mod placement_bus;

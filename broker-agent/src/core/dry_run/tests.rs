@@ -96,3 +96,24 @@ fn only_the_log_handler_is_a_dry_run() {
         .insert("quiet".into(), gearshift_handlers::HandlerConfig::Log {});
     assert!(c.dry_run(&d1));
 }
+
+#[test]
+fn the_handler_the_driver_runs_decides_not_the_placeholder() {
+    // The demo's configuration names a `log` placeholder that the driver
+    // replaces with its simulated cloud.
+    let mut h = H::new(dry(short_windows));
+    h.core
+        .set_handler_kinds([("log".to_string(), "sim-cloud".to_string())].into());
+    quiet_fleet(&mut h, QUIET);
+    let a = h.eval();
+    assert_eq!(sends(&a).len(), 1, "a real drain: {a:?}");
+    assert!(dry_decisions(&a).iter().all(|d| !d.dry_run));
+    // And the log handler under another name is a dry run.
+    let mut h = H::new(cfg_with(short_windows));
+    h.core
+        .set_handler_kinds([("cloud".to_string(), "log".to_string())].into());
+    quiet_fleet(&mut h, QUIET);
+    let a = h.eval();
+    assert!(sends(&a).is_empty());
+    assert!(dry_decisions(&a).iter().all(|d| d.dry_run));
+}

@@ -275,7 +275,9 @@ fn nodes_without_an_operation_id_claim_the_oldest_open_scale_up_one_each() {
     h.report(fresh(&h, "new-1"));
     let calls = paas_calls(&h.out);
     assert_eq!(calls.len(), 1, "{calls:?}");
-    let (tag, PaasCall::AddNode { district, host, .. }) = calls[0].clone();
+    let (tag, PaasCall::AddNode { district, host, .. }) = calls[0].clone() else {
+        panic!("{calls:?}")
+    };
     assert_eq!((district.as_str(), host.as_str()), ("d1", "new-1"));
     assert!(matches!(&tag, CallTag::Op { op, .. } if *op == first));
     assert_eq!(up_step(&h, &first), UpStep::Adding { retry_at: None });
