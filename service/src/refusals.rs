@@ -6,9 +6,26 @@
 use std::sync::Mutex;
 use std::time::Instant;
 
-use gearshift_proto::Refusal;
+use chrono::{DateTime, Utc};
+use gearshift_bus::Delivery;
+use gearshift_proto::{Admitted, Expect, Gate, Refusal};
 
 use crate::ratelimit::{LogLimiter, Verdict};
+
+/// Runs `gate` on a delivery. One the transport dropped for its size
+/// ([`Delivery::too_large`]) is refused as `too_large` without a look at its
+/// (absent) body, so that it is counted and answered like any other refusal.
+pub fn admit_delivery(
+    gate: &Gate<'_>,
+    d: &Delivery,
+    expect: Expect,
+    now: DateTime<Utc>,
+) -> Result<Admitted, Refusal> {
+    match &d.too_large {
+        Some(t) => Err(Refusal::oversized(t.size, t.limit)),
+        None => gate.admit(&d.payload, expect, now),
+    }
+}
 
 /// Rate-limited log of refused messages for one receiver.
 #[derive(Debug)]
@@ -37,10 +54,10 @@ impl RefusalLog {
         let (what, reason, detail) = (self.what, r.reason, r.detail.as_str());
         let (kind, from, id) = (r.kind_label(), r.from.as_deref(), r.id);
         match verdict {
-            Verdict::Log { suppressed: 0 } => {
+            Verdict::Log { suppressed: 0, .. } => {
                 tracing::warn!(what, reason, kind, from, id = ?id, detail, "message refused")
             }
-            Verdict::Log { suppressed } => tracing::warn!(
+            Verdict::Log { suppressed, .. } => tracing::warn!(
                 what,
                 reason,
                 kind,

@@ -254,9 +254,9 @@ impl Core {
                     Some(a) => a,
                     None => continue,
                 },
-                Effect::Paas(call) => match self.next_tag(id) {
-                    Some(tag) => Action::Paas { tag, call },
-                    None => continue,
+                Effect::Paas(call) => Action::Paas {
+                    op: id.clone(),
+                    call,
                 },
                 Effect::Decide(note) => self.op_decision(id, note, now),
             });

@@ -19,8 +19,7 @@
 //! - [`crate::policy`]: the read-only evaluation whose verdicts the
 //!   coordinator applies (`evaluate.rs`).
 //! - [`facts`]: the read-only view the policy and the machines share;
-//!   [`actions`]: the vocabulary between machines, coordinator and driver;
-//!   [`paas_call`]: the district changes a machine asks of the PaaS adapter.
+//!   [`actions`]: the vocabulary between machines, coordinator and driver.
 //! - Here: the coordinator's state; `route.rs` sends each input to its
 //!   machine, `drive.rs` steps a machine and addresses its effects,
 //!   `operate.rs` carries out operator requests (pauses, cordons,
@@ -39,7 +38,6 @@ pub mod actions;
 pub mod exhaustion;
 pub mod facts;
 pub mod operator;
-pub mod paas_call;
 pub mod scale_down;
 pub mod scale_up;
 
@@ -63,12 +61,11 @@ use gearshift_proto::msg::{GroupStats, NodeProperties};
 use uuid::Uuid;
 
 pub use self::actions::{
-    Action, CallResult, CallTag, Changes, Effect, HandlerCall, Meta, Out, Restored, dur,
+    Action, CallResult, CallTag, Changes, Effect, HandlerCall, Meta, Out, PaasCall, Restored, dur,
 };
 pub use self::facts::Facts;
 use self::operator::Marks;
 use self::operator::controls::Cordons;
-pub use self::paas_call::{PaasCall, PaasResult};
 use crate::config::BrokerConfig;
 use crate::fleet::Fleet;
 use crate::history::{Event, Record, SagaStep};

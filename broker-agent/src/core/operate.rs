@@ -10,10 +10,9 @@ use gearshift_handlers::GroupKey;
 use gearshift_proto::msg::{Activate, AdminReply, AdminRequest, Message};
 
 use super::Core;
-use super::actions::{Action, CallTag};
+use super::actions::{Action, PaasCall};
 use super::operator::controls::{Cordon, Pause};
 use super::operator::{self, Abort, Evacuation, Order};
-use super::paas_call::PaasCall;
 use super::scale_down::DownInput;
 use super::scale_up::UpInput;
 use crate::history::{Event, OperatorAct};
@@ -223,10 +222,9 @@ impl Core {
             .and_then(|e| e.report.district_uuid().map(str::to_string));
         let paas = self.cfg.paas.kind == crate::paas::PaasKind::OpenShift;
         if let Some(district) = district.clone().filter(|_| paas) {
+            // Its own id: the answer matches no operation and is only logged.
             acts.push(Action::Paas {
-                tag: CallTag::Operator {
-                    node: node.to_string(),
-                },
+                op: OpId::new((self.idgen)()),
                 call: PaasCall::Activate {
                     district,
                     host: node.to_string(),

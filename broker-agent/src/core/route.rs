@@ -94,17 +94,17 @@ impl Core {
                 CallResult::Capacity(r) => self.drive_supply(&g, SupplyInput::Capacity(r), now),
                 _ => vec![],
             },
-            CallTag::Operator { node } => {
-                match &result {
-                    CallResult::Paas(Ok(o)) if o.is_success() => {
-                        tracing::info!(node, outcome = %o, "operator's district change done")
-                    }
-                    other => {
-                        tracing::warn!(node, result = ?other, "operator's district change failed")
-                    }
+            // Several may be in flight: the machine matches the answer by its call.
+            CallTag::Paas(op) => match self.ops.get(&op) {
+                Some(o) if !o.is_done() && matches!(o.body, OpBody::ScaleDown(_)) => {
+                    self.drive_down(&op, DownInput::Result(result), now)
                 }
-                vec![]
-            }
+                Some(o) if !o.is_done() => self.drive_up(&op, UpInput::Result(result), now),
+                _ => {
+                    tracing::debug!(%op, "PaaS answer for no running scale-down: ignored");
+                    vec![]
+                }
+            },
             CallTag::Op { op, seq } => {
                 let Some(o) = self.ops.get(&op) else {
                     return vec![];

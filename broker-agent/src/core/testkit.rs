@@ -215,10 +215,10 @@ pub(crate) fn calls(a: &[Action]) -> Vec<(CallTag, HandlerCall)> {
         .collect()
 }
 
-pub(crate) fn paas_calls(a: &[Action]) -> Vec<(CallTag, crate::core::PaasCall)> {
+pub(crate) fn paas_calls(a: &[Action]) -> Vec<(OpId, crate::core::PaasCall)> {
     a.iter()
         .filter_map(|x| match x {
-            Action::Paas { tag, call } => Some((tag.clone(), call.clone())),
+            Action::Paas { op, call } => Some((op.clone(), call.clone())),
             _ => None,
         })
         .collect()

@@ -7,6 +7,7 @@
 
 mod broker_kill;
 mod broker_sagas;
+mod bus_least_privilege;
 mod chaos_disruptive;
 mod cloud_keystone_heat;
 mod dashboard_browser;
@@ -16,6 +17,7 @@ mod handlers_heat_magnum;
 mod handlers_heat_via_node;
 mod handlers_local;
 mod handlers_nova;
+mod hostile;
 mod node_cli;
 mod node_commands;
 mod node_evacuation_kill;
@@ -31,3 +33,4 @@ mod pushstats_docs;
 mod pushstats_gnocchi;
 mod pushstats_pusher;
 mod python_client;
+mod trust_identity;

@@ -432,19 +432,17 @@ fn activate_returns_a_node_left_deactivated_to_service_in_openshift_too() {
     assert!(matches!(sends(&acts)[0].3, Message::Activate(_)));
     let paas = paas_calls(&acts);
     assert_eq!(paas.len(), 1, "{acts:?}");
-    assert_eq!(
-        paas[0],
-        (
-            CallTag::Operator { node: "c".into() },
-            crate::core::PaasCall::Activate {
-                district: "d1".into(),
-                host: "c".into()
-            }
-        )
-    );
+    let activate = crate::core::PaasCall::Activate {
+        district: "d1".into(),
+        host: "c".into(),
+    };
+    assert_eq!(paas[0].1, activate);
     // The answer is only logged; the node's next report brings it back.
-    let tag = paas[0].0.clone();
-    let ok = CallResult::Paas(Ok(crate::paas::Outcome::Done));
+    let ok = CallResult::Paas {
+        call: activate,
+        outcome: crate::paas::Outcome::Done,
+    };
+    let tag = CallTag::Paas(paas[0].0.clone());
     assert!(h.core.on_handler_result(tag, ok, h.now).is_empty());
     h.advance(1);
     h.node("c", "d1", 10, 100);

@@ -14,8 +14,9 @@ use gearshift_proto::routing::NO_DISTRICT;
 use serde::{Deserialize, Serialize};
 
 use super::{ScaleUp, UpCtx, UpOut, UpOutcome, UpStep};
+use crate::core::actions::PaasCall;
 use crate::core::actions::{Effect, Note, Out, dur};
-use crate::core::paas_call::{PaasCall, PaasResult};
+use crate::paas::Outcome;
 use crate::paas::PaasKind;
 
 /// How a reporting node was matched to its scale-up.
@@ -149,29 +150,24 @@ impl ScaleUp {
     }
 
     /// add-node's answer.
-    pub(super) fn on_added(&mut self, cx: &UpCtx<'_>, r: PaasResult, now: DateTime<Utc>) -> UpOut {
+    pub(super) fn on_added(&mut self, cx: &UpCtx<'_>, o: Outcome, now: DateTime<Utc>) -> UpOut {
         let node = self.node.clone().unwrap_or_default();
         let target = &cx.group.district;
-        match r {
-            Ok(o) if o.is_success() => {
-                self.step = UpStep::Districting;
-                self.detail = format!(
-                    "add-node {node} to district {target}: {o}; waiting for its report to show the district"
-                );
-                Out::touched()
-            }
-            Ok(o) if o.is_retryable() && self.add_attempts < cx.cfg.saga.command_attempts => {
-                self.step = UpStep::Adding {
-                    retry_at: Some(now + dur(cx.cfg.saga.presence_poll)),
-                };
-                self.detail = format!("add-node {node} to district {target}: {o}; trying again");
-                Out::touched()
-            }
-            Ok(o) => self.add_failed(format!("add-node {node} to district {target}: {o}")),
-            Err(e) => self.add_failed(format!(
-                "add-node {node} to district {target} could not run: {e}"
-            )),
+        if o.is_success() {
+            self.step = UpStep::Districting;
+            self.detail = format!(
+                "add-node {node} to district {target}: {o}; waiting for its report to show the district"
+            );
+            return Out::touched();
         }
+        if o.is_retryable() && self.add_attempts < cx.cfg.saga.command_attempts {
+            self.step = UpStep::Adding {
+                retry_at: Some(now + dur(cx.cfg.saga.presence_poll)),
+            };
+            self.detail = format!("add-node {node} to district {target}: {o}; trying again");
+            return Out::touched();
+        }
+        self.add_failed(format!("add-node {node} to district {target}: {o}"))
     }
 
     /// Ticks while the node is being added: a retry due, or the node never

@@ -20,7 +20,7 @@ use gearshift_proto::msg::DecisionKind;
 use serde::{Deserialize, Serialize};
 
 use crate::config::BrokerConfig;
-use crate::core::actions::{CallResult, Effect, HandlerCall, Note, Out, dur};
+use crate::core::actions::{CallResult, Effect, HandlerCall, Note, Out, PaasCall, dur};
 use crate::ops::OpId;
 
 mod claim;
@@ -253,7 +253,13 @@ impl ScaleUp {
                 // Cannot tell: never ask twice; wait for the join or the provision timeout.
                 Ok(Lookup::Unknown) | Err(_) => self.booting(None, true, now),
             },
-            (UpStep::Adding { retry_at: None }, CallResult::Paas(r)) => self.on_added(cx, r, now),
+            (
+                UpStep::Adding { retry_at: None },
+                CallResult::Paas {
+                    call: PaasCall::AddNode { .. },
+                    outcome,
+                },
+            ) => self.on_added(cx, outcome, now),
             _ => Out::none(),
         }
     }

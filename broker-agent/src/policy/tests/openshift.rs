@@ -115,7 +115,6 @@ fn undistricted_nodes_are_not_scale_up_targets_when_the_profile_has_districts() 
 fn a_new_node_joining_its_district_is_not_a_victim() {
     let mut h = H::new(cfg_with(|c| {
         short_windows(c);
-        c.paas.kind = crate::paas::PaasKind::OpenShift;
         c.policy.profile_threshold = PerKey::off();
         c.policy.district_threshold = PerKey::off();
     }));
@@ -130,7 +129,8 @@ fn a_new_node_joining_its_district_is_not_a_victim() {
     let mut new = rep("new", "_none", "small", 100, 0, 0);
     new.started_at = h.now;
     h.report(new);
-    assert_eq!(up_step(&h, &op), UpStep::Adding { retry_at: None });
+    // Without a PaaS adapter it waits for its district (with one: add-node).
+    assert_eq!(up_step(&h, &op), UpStep::Districting);
     h.node("old", "_none", 10, 100);
     h.node("old2", "_none", 20, 100);
     h.core.set_do_not_disrupt("old2", true);

@@ -39,8 +39,19 @@ fn only_paas(out: &Out<UpOutcome>) -> PaasCall {
     }
 }
 
-fn paas(o: PaasOutcome) -> UpInput {
-    UpInput::Result(CallResult::Paas(Ok(o)))
+fn add_node() -> PaasCall {
+    PaasCall::AddNode {
+        district: "d1".into(),
+        host: "n1".into(),
+        profile: "small".into(),
+    }
+}
+
+fn paas(outcome: PaasOutcome) -> UpInput {
+    UpInput::Result(CallResult::Paas {
+        call: add_node(),
+        outcome,
+    })
 }
 
 fn failed_with(u: &ScaleUp, out: &Out<UpOutcome>, needle: &str) {
@@ -148,12 +159,10 @@ fn add_node_refused_fails_the_operation_with_the_cause() {
     // A tool that cannot run fails it too, with why.
     let mut u = booting(&cx);
     u.step(&cx, UpInput::Report(seen("n1", None, "small", 0)), t0());
-    let out = u.step(
-        &cx,
-        UpInput::Result(CallResult::Paas(Err("cannot start: no such file".into()))),
-        t0(),
-    );
-    failed_with(&u, &out, "could not run");
+    let cannot_run =
+        PaasOutcome::failed(Failure::NotExecutable, "cannot run oo-admin-ctl-district");
+    let out = u.step(&cx, paas(cannot_run), t0());
+    failed_with(&u, &out, "not_executable");
     // A permanent failure (sudo refusing) too.
     let mut u = booting(&cx);
     u.step(&cx, UpInput::Report(seen("n1", None, "small", 0)), t0());
@@ -275,11 +284,11 @@ fn nodes_without_an_operation_id_claim_the_oldest_open_scale_up_one_each() {
     h.report(fresh(&h, "new-1"));
     let calls = paas_calls(&h.out);
     assert_eq!(calls.len(), 1, "{calls:?}");
-    let (tag, PaasCall::AddNode { district, host, .. }) = calls[0].clone() else {
+    let (op, PaasCall::AddNode { district, host, .. }) = calls[0].clone() else {
         panic!("{calls:?}")
     };
     assert_eq!((district.as_str(), host.as_str()), ("d1", "new-1"));
-    assert!(matches!(&tag, CallTag::Op { op, .. } if *op == first));
+    assert_eq!(op, first);
     assert_eq!(up_step(&h, &first), UpStep::Adding { retry_at: None });
     assert_eq!(up_step(&h, &second), UpStep::Booting { uncertain: false });
     // Its next report (still undistricted) does not claim the second one.
@@ -288,9 +297,11 @@ fn nodes_without_an_operation_id_claim_the_oldest_open_scale_up_one_each() {
     assert!(paas_calls(&h.out).is_empty());
     assert_eq!(up_step(&h, &second), UpStep::Booting { uncertain: false });
     // add-node done, then the report in d1: joined, and the decision says how.
-    let a = h
-        .core
-        .on_handler_result(tag, CallResult::Paas(Ok(PaasOutcome::Done)), h.now);
+    let done = CallResult::Paas {
+        call: calls[0].1.clone(),
+        outcome: PaasOutcome::Done,
+    };
+    let a = h.core.on_handler_result(CallTag::Paas(op), done, h.now);
     assert!(a.is_empty(), "{a:?}");
     assert_eq!(up_step(&h, &first), UpStep::Districting);
     h.out.clear();
