@@ -17,6 +17,8 @@
 //! - [`broker_process`], [`bins`]: the agents' binaries as child processes.
 //! - [`fake_openstack`], [`pushstats_gnocchi`], [`pushstats`]: the OpenStack
 //!   APIs, Gnocchi and CloudWatch (moto), which cannot run here for real.
+//! - [`oo_standin`]: the OpenShift broker-host stand-ins (district tools and
+//!   node roots) a test points the broker agent's `[paas]` at.
 
 pub mod bins;
 pub mod broker_harness;
@@ -26,6 +28,7 @@ pub mod node_harness;
 pub mod node_process;
 pub mod node_proxy;
 pub mod node_scenarios;
+pub mod oo_standin;
 pub mod pushstats;
 pub mod pushstats_gnocchi;
 

@@ -190,6 +190,11 @@ async fn run_paas(paas: &dyn PaasAdapter, call: &PaasCall) -> Result<Outcome, Pa
     match call {
         PaasCall::Deactivate { district, host } => paas.deactivate(district, host).await,
         PaasCall::Activate { district, host } => paas.activate(district, host).await,
+        PaasCall::AddNode {
+            district,
+            host,
+            profile,
+        } => paas.add_node(district, host, profile).await,
         PaasCall::RemoveNode { district, host } => paas.remove_node(district, host).await,
         PaasCall::Move { gear, target } => paas.move_gear(gear, target).await,
     }

@@ -288,6 +288,12 @@ impl Agent {
     pub async fn run(mut self, token: CancellationToken) -> Result2<()> {
         let now = Utc::now();
         let mut core = Core::new(self.cfg.clone(), self.planner.clone(), now);
+        core.set_handler_kinds(
+            self.handlers
+                .iter()
+                .map(|(name, h)| (name.clone(), h.kind().to_string()))
+                .collect(),
+        );
         core.restore(self.journal.load()?);
         let (results_tx, mut results_rx) = mpsc::unbounded_channel::<CallDone>();
         let history = crate::history::Sink::open(&self.state_dir, &self.cfg.history);

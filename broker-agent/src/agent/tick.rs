@@ -90,7 +90,7 @@ impl Agent {
         let intervals = core.config().policy.stale_after_intervals;
         let mut active: BTreeMap<GroupKey, Vec<(u32, String)>> = BTreeMap::new();
         for e in core.fleet().nodes() {
-            if e.report.active && e.is_fresh(now, intervals) {
+            if e.is_active() && e.is_fresh(now, intervals) {
                 active
                     .entry(e.group())
                     .or_default()

@@ -106,6 +106,17 @@ impl BrokerConfig {
             .collect()
     }
 
+    /// Whether group `g`'s handler is the `log` handler: a dry run, where
+    /// decisions are published and explained and nothing reaches a node or
+    /// the cloud.
+    pub fn dry_run(&self, g: &GroupKey) -> bool {
+        let name = self.group(g).handler;
+        match self.handlers.get(&name) {
+            Some(h) => matches!(h, gearshift_handlers::HandlerConfig::Log {}),
+            None => name == "log",
+        }
+    }
+
     /// Whether a handler of this name exists (`log` always does).
     pub fn has_handler(&self, name: &str) -> bool {
         name == "log" || self.handlers.contains_key(name)

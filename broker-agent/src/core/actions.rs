@@ -97,6 +97,16 @@ pub enum PaasCall {
         /// The node.
         host: String,
     },
+    /// `oo-admin-ctl-district -c add-node`: a new, empty, undistricted node
+    /// joins the district (add-node checks `profile` against the district's).
+    AddNode {
+        /// District UUID.
+        district: String,
+        /// The node.
+        host: String,
+        /// The node's profile.
+        profile: String,
+    },
     /// `oo-admin-ctl-district -c remove-node`.
     RemoveNode {
         /// District UUID.
@@ -119,6 +129,7 @@ impl PaasCall {
         match self {
             PaasCall::Deactivate { .. } => "deactivate_node",
             PaasCall::Activate { .. } => "activate_node",
+            PaasCall::AddNode { .. } => "add_node",
             PaasCall::RemoveNode { .. } => "remove_node",
             PaasCall::Move { .. } => "move_gear",
         }

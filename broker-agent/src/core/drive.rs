@@ -265,16 +265,20 @@ impl Core {
     }
 
     fn op_call(&mut self, id: &OpId, call: HandlerCall) -> Option<Action> {
+        let tag = self.next_tag(id)?;
+        let handler = self.ops.get(id)?.handler.clone();
+        Some(Action::Call { tag, handler, call })
+    }
+
+    /// The tag of operation `id`'s next call (handler or PaaS): only the
+    /// latest call's answer is taken.
+    fn next_tag(&mut self, id: &OpId) -> Option<CallTag> {
         let op = self.ops.get_mut(id)?;
         op.call_seq += 1;
         self.changes.ops.insert(id.clone());
-        Some(Action::Call {
-            tag: CallTag::Op {
-                op: id.clone(),
-                seq: op.call_seq,
-            },
-            handler: op.handler.clone(),
-            call,
+        Some(CallTag::Op {
+            op: id.clone(),
+            seq: op.call_seq,
         })
     }
 
@@ -304,6 +308,7 @@ impl Core {
             reason: note.reason,
             handler: Some(handler.to_string()),
             stats: note.stats.then(|| self.group_stats(g, now)),
+            dry_run: false,
         })
     }
 
@@ -371,5 +376,6 @@ fn unreachable_decision(id: &OpId, note: Note) -> Action {
         reason: note.reason,
         handler: None,
         stats: None,
+        dry_run: false,
     })
 }

@@ -85,6 +85,7 @@ impl Core {
             reason: format!("{}: {what}", b.detail),
             handler: None,
             stats: None,
+            dry_run: false,
         }))
     }
 
@@ -92,7 +93,35 @@ impl Core {
     /// group's memory; returns the actions and the explanation (without the
     /// operations in flight, known once every group's verdict is applied).
     fn apply_group(&mut self, v: GroupVerdict, now: DateTime<Utc>) -> (Vec<Action>, Explanation) {
-        let key: GroupKey = v.key;
+        let key: GroupKey = v.key.clone();
+        let mut out = vec![];
+        let mut summary = None;
+        if self.is_dry_run(&key) {
+            // No operation starts: see `dry_run.rs`.
+            let (acts, said) = self.dry_verdict(&key, &v, now);
+            out.extend(acts);
+            summary = said;
+        } else {
+            out.extend(self.start_verdict(&key, &v, now));
+        }
+        let underused = self.groups.get(&key).and_then(|s| s.memory.underused_since);
+        if underused != v.underused_since {
+            self.group_mut(&key).memory.underused_since = v.underused_since;
+        }
+        let mut x = v.explanation;
+        if let Some(s) = summary {
+            x.summary = s;
+        }
+        (out, x)
+    }
+
+    /// The drain cancels, scale-ups and drain a verdict calls for.
+    fn start_verdict(
+        &mut self,
+        key: &GroupKey,
+        v: &GroupVerdict,
+        now: DateTime<Utc>,
+    ) -> Vec<Action> {
         let mut out = vec![];
         for op in &v.cancels {
             let why = format!("scale-up pressure: {}", v.up_reason);
@@ -100,18 +129,15 @@ impl Core {
             out.extend(self.drive_down(op, cancel, now));
         }
         for _ in 0..v.creates {
-            out.extend(self.start_scale_up(&key, v.up_reason.clone(), now).1);
+            out.extend(self.start_scale_up(key, v.up_reason.clone(), now).1);
         }
-        if let Some(d) = v.drain {
+        if let Some(d) = &v.drain {
+            let (node, origin, reason) = (&d.node, d.origin.clone(), d.reason.clone());
             out.extend(
-                self.start_scale_down(&key, &d.node, d.origin, d.reason, false, now)
+                self.start_scale_down(key, node, origin, reason, false, now)
                     .1,
             );
         }
-        let underused = self.groups.get(&key).and_then(|s| s.memory.underused_since);
-        if underused != v.underused_since {
-            self.group_mut(&key).memory.underused_since = v.underused_since;
-        }
-        (out, v.explanation)
+        out
     }
 }

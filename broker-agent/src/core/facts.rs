@@ -40,6 +40,14 @@ impl<'a> Facts<'a> {
         self.ops.saga_of(node)
     }
 
+    /// Whether `node` is a scale-up's new node not joined yet (being added
+    /// to its district): not a scale-down candidate of the group it reports in.
+    pub fn joining(&self, node: &str) -> bool {
+        self.ops
+            .in_flight()
+            .any(|o| o.up().is_some_and(|u| u.node.as_deref() == Some(node)))
+    }
+
     /// Whether an operator or the node itself opted `node` out of scale-down.
     pub fn do_not_disrupt(&self, node: &str) -> bool {
         self.marks.contains(node)
@@ -144,7 +152,7 @@ impl<'a> Facts<'a> {
             .in_group(g)
             .filter(|e| {
                 e.report.node != victim
-                    && e.report.active
+                    && e.is_active()
                     && !e.cordoned
                     && !self.cordoned(&e.report.node)
                     && !draining.contains(&e.report.node)

@@ -23,7 +23,8 @@
 //! - Here: the coordinator's state; `route.rs` sends each input to its
 //!   machine, `drive.rs` steps a machine and addresses its effects,
 //!   `operate.rs` carries out operator requests (pauses, cordons,
-//!   activations, drains).
+//!   activations, drains), `dry_run.rs` what a group whose handler is `log`
+//!   gets instead of operations (decisions marked `dry_run`).
 //!
 //! Besides the journal's changes, the coordinator keeps the history records
 //! of what it did (saga steps, operator requests) for the driver to append
@@ -41,6 +42,7 @@ pub mod scale_down;
 pub mod scale_up;
 
 mod drive;
+mod dry_run;
 mod evaluate;
 mod operate;
 mod route;
@@ -89,6 +91,8 @@ pub struct Core {
     pub(crate) pressure_seen: Option<DateTime<Utc>>,
     /// History records not yet taken by the driver.
     pub(crate) history: Vec<Record>,
+    /// The kind of each handler the driver runs, by name (`log`: a dry run).
+    pub(crate) handler_kinds: BTreeMap<String, String>,
 }
 
 impl std::fmt::Debug for Core {
@@ -122,6 +126,7 @@ impl Core {
             eval_due: None,
             pressure_seen: None,
             history: vec![],
+            handler_kinds: BTreeMap::new(),
         }
     }
 

@@ -10,7 +10,7 @@ use gearshift_handlers::GroupKey;
 use gearshift_proto::msg::{Activate, AdminReply, AdminRequest, Message};
 
 use super::Core;
-use super::actions::Action;
+use super::actions::{Action, PaasCall};
 use super::operator::controls::{Cordon, Pause};
 use super::operator::{self, Abort, Evacuation, Order};
 use super::scale_down::DownInput;
@@ -61,6 +61,9 @@ impl Core {
                 operator::status(&Status::of(self, agent, now, refused)),
                 vec![],
             ),
+            Order::Evacuate(ev) if self.is_dry_run(&ev.group) => {
+                (operator::refused(dry_run_refusal(&ev)), vec![])
+            }
             Order::Evacuate(ev) => {
                 let (node, keep) = (ev.node.clone(), ev.keep);
                 let (op, acts) = self.evacuate(ev, now);
@@ -104,6 +107,9 @@ impl Core {
         now: DateTime<Utc>,
     ) -> Result<(OpId, Vec<Action>), String> {
         let ev = operator::evacuate(&self.facts(), node, by, now)?;
+        if self.is_dry_run(&ev.group) {
+            return Err(dry_run_refusal(&ev));
+        }
         Ok(self.evacuate(ev, now))
     }
 
@@ -205,9 +211,26 @@ impl Core {
         operator::cordoned(node, on)
     }
 
-    /// Sends `cmd.activate` to an inactive node, and lifts its cordon.
+    /// Sends `cmd.activate` to an inactive node, runs `activate-node` when
+    /// OpenShift's district marks it inactive, and lifts its cordon.
     fn activate(&mut self, node: &str, by: &str) -> (AdminReply, Vec<Action>) {
         let mut acts = vec![];
+        let district = self
+            .fleet
+            .get(node)
+            .filter(|e| e.district_inactive())
+            .and_then(|e| e.report.district_uuid().map(str::to_string));
+        let paas = self.cfg.paas.kind == crate::paas::PaasKind::OpenShift;
+        if let Some(district) = district.clone().filter(|_| paas) {
+            // Its own id: the answer matches no operation and is only logged.
+            acts.push(Action::Paas {
+                op: OpId::new((self.idgen)()),
+                call: PaasCall::Activate {
+                    district,
+                    host: node.to_string(),
+                },
+            });
+        }
         let inactive = self.fleet.get(node).is_some_and(|e| !e.report.active);
         let mut op = None;
         if inactive {
@@ -227,7 +250,22 @@ impl Core {
         if uncordoned {
             self.cordon(node, None);
         }
-        (operator::activating(node, op.as_ref(), uncordoned), acts)
+        let mut reply = operator::activating(node, op.as_ref(), uncordoned);
+        if let Some(d) = district {
+            let said = if paas {
+                format!("activate-node {node} in district {d}")
+            } else {
+                format!(
+                    "{node} is inactive in district {d}: run `oo-admin-ctl-district -c activate-node -u {d} -i {node}` ([paas] kind = \"none\")"
+                )
+            };
+            reply.message = [reply.message.as_str(), said.as_str()]
+                .into_iter()
+                .filter(|p| !p.is_empty())
+                .collect::<Vec<_>>()
+                .join("; ");
+        }
+        (reply, acts)
     }
 
     /// A maintenance drain ended: its node stays cordoned until an operator
@@ -248,4 +286,13 @@ impl Core {
         }
         self.fleet.set_cordoned(node, true);
     }
+}
+
+/// Why a drain is refused in a group whose handler is `log`: a dry run
+/// sends no command to any node.
+fn dry_run_refusal(ev: &Evacuation) -> String {
+    format!(
+        "{}'s group {} has the log handler, a dry run: no command is sent to any node; give the group a handler that acts to drain it",
+        ev.node, ev.group
+    )
 }

@@ -7,7 +7,7 @@ use super::Core;
 use super::actions::{Action, CallResult, CallTag};
 use super::exhaustion::SupplyInput;
 use super::scale_down::{DownEnd, DownInput};
-use super::scale_up::UpInput;
+use super::scale_up::{self, Sighting, UpInput};
 use crate::fleet::ReportRejected;
 use crate::ops::{OpBody, OpId};
 
@@ -29,21 +29,19 @@ impl Core {
         if removed_after_start && self.fleet.get(&node).is_none() {
             return Err(ReportRejected::Removed);
         }
-        let booted_for = report.booted_for.clone();
         let total_gears = report.gears.total();
         let busy = report.operation.is_some();
+        let sighting = |m| Sighting::of(&report, m);
+        let up = scale_up::claim(&self.ops, &report, self.fleet.get(&node).is_none())
+            .map(|(id, m)| (id, sighting(m)));
         let accepted = self.fleet.accept(report, now)?;
         if accepted.new_node {
             tracing::info!(node, "new node reporting");
         }
         let mut out = vec![];
-        // A scale-up's node joins with its first report.
-        if let Some(op) = booted_for.as_deref().and_then(|id| self.ops.get(id))
-            && op.up().is_some()
-        {
-            let id = op.id.clone();
-            let joined = UpInput::Joined { node: node.clone() };
-            out.extend(self.drive_up(&id, joined, now));
+        // A scale-up's node: joins, or is added to its district.
+        if let Some((id, s)) = up {
+            out.extend(self.drive_up(&id, UpInput::Report(s), now));
         }
         // A draining node that may show itself empty.
         if let Some(op) = self.ops.saga_of(&node) {
@@ -101,6 +99,7 @@ impl Core {
                 Some(o) if !o.is_done() && matches!(o.body, OpBody::ScaleDown(_)) => {
                     self.drive_down(&op, DownInput::Result(result), now)
                 }
+                Some(o) if !o.is_done() => self.drive_up(&op, UpInput::Result(result), now),
                 _ => {
                     tracing::debug!(%op, "PaaS answer for no running scale-down: ignored");
                     vec![]

@@ -81,6 +81,8 @@ pub(crate) struct H {
 pub(crate) fn cfg_with(f: impl FnOnce(&mut BrokerConfig)) -> Arc<BrokerConfig> {
     let mut c = BrokerConfig::defaults();
     c.policy.startup_grace = std::time::Duration::ZERO;
+    // A handler that acts (the default, `log`, is a dry run).
+    c.group_defaults.handler = "cloud".into();
     f(&mut c);
     Arc::new(c)
 }
@@ -208,6 +210,15 @@ pub(crate) fn calls(a: &[Action]) -> Vec<(CallTag, HandlerCall)> {
     a.iter()
         .filter_map(|x| match x {
             Action::Call { tag, call, .. } => Some((tag.clone(), call.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+pub(crate) fn paas_calls(a: &[Action]) -> Vec<(OpId, crate::core::PaasCall)> {
+    a.iter()
+        .filter_map(|x| match x {
+            Action::Paas { op, call } => Some((op.clone(), call.clone())),
             _ => None,
         })
         .collect()

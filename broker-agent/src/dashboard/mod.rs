@@ -311,6 +311,7 @@ mod tests {
             reason: "because".into(),
             handler: None,
             stats: None,
+            dry_run: false,
         }
     }
 

@@ -70,10 +70,23 @@ impl NodeEntry {
         self.report.gears.total()
     }
 
-    /// Free active slots, when the node is active and not cordoned:
-    /// max(0, max_active - active).
+    /// OpenShift's own flag says the node takes no new gears
+    /// (`district_active = false`, set by `oo-admin-ctl-district -c
+    /// deactivate-node`, by gearshift or by an operator).
+    pub fn district_inactive(&self) -> bool {
+        self.report.district.as_ref().is_some_and(|d| !d.active)
+    }
+
+    /// The node takes new gears: active for gearshift and, when districted,
+    /// for OpenShift too. A node either deactivated is not capacity.
+    pub fn is_active(&self) -> bool {
+        self.report.active && !self.district_inactive()
+    }
+
+    /// Free active slots, when the node is active (for gearshift and for
+    /// OpenShift) and not cordoned: max(0, max_active - active).
     pub fn available_active(&self) -> u32 {
-        if self.report.active && !self.cordoned {
+        if self.is_active() && !self.cordoned {
             self.report
                 .max_active_gears
                 .saturating_sub(self.active_gears())

@@ -414,7 +414,7 @@ impl Acc {
             self.s.nodes_missing += 1;
             return;
         }
-        if e.report.active {
+        if e.is_active() {
             self.s.nodes_active += 1;
         } else {
             self.s.nodes_inactive += 1;
@@ -430,7 +430,7 @@ impl Acc {
             self.s.nodes_missing -= 1;
             return;
         }
-        if e.report.active {
+        if e.is_active() {
             self.s.nodes_active -= 1;
         } else {
             self.s.nodes_inactive -= 1;

@@ -21,6 +21,7 @@ fn decision(district: &str, i: u32) -> Record {
             reason: "x".repeat(200),
             handler: Some("log".into()),
             stats: None,
+            dry_run: false,
         }),
     }
 }
@@ -122,6 +123,7 @@ fn reading_filters_by_time_and_group_and_skips_torn_lines() {
             reason: "r".into(),
             handler: None,
             stats: None,
+            dry_run: false,
         }),
     };
     w.append(&breaker).unwrap();

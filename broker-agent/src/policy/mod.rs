@@ -16,6 +16,10 @@
 //! whose active gears fit on the rest of its district and whose removal does
 //! not push the group back over a scale-up threshold.
 //!
+//! OpenShift's own state counts: a node its district marks inactive
+//! (`district_active = false`) is neither capacity nor a victim, and a
+//! profile with districts never grows its undistricted (`_none`) group.
+//!
 //! Guards on both: the stale-node breaker, the start-up grace, missing nodes
 //! (the figures are unreliable), and reports newer than the group's last
 //! decision. Every rule consulted ends up in the group's explanation.
@@ -36,6 +40,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use chrono::{DateTime, Duration, Utc};
 use gearshift_handlers::GroupKey;
 use gearshift_proto::msg::{Explanation, Outcome, Reason};
+use gearshift_proto::routing::NO_DISTRICT;
 use serde::{Deserialize, Serialize};
 
 use crate::config::BrokerConfig;
@@ -163,6 +168,14 @@ pub fn evaluate(
             format!("agent up {}, grace {}", ago(up), human(grace)),
         )
     }];
+    let mut keys: BTreeSet<GroupKey> = facts.fleet.groups().into_iter().collect();
+    keys.extend(cfg.configured_groups());
+    keys.extend(facts.ops.in_flight().map(|o| o.group.clone()));
+    let districted = keys
+        .iter()
+        .filter(|k| k.district != NO_DISTRICT)
+        .map(|k| k.profile.clone())
+        .collect();
     let mut ops_by_group: BTreeMap<GroupKey, Vec<&crate::ops::Op>> = BTreeMap::new();
     for op in facts.ops.in_flight() {
         ops_by_group.entry(op.group.clone()).or_default().push(op);
@@ -175,10 +188,8 @@ pub fn evaluate(
         removing,
         ops_by_group,
         common,
+        districted,
     };
-    let mut keys: BTreeSet<GroupKey> = facts.fleet.groups().into_iter().collect();
-    keys.extend(cfg.configured_groups());
-    keys.extend(facts.ops.in_flight().map(|o| o.group.clone()));
     let all: BTreeMap<GroupKey, GroupFacts> = keys
         .iter()
         .map(|k| (k.clone(), ev.group_facts(k)))
@@ -249,6 +260,9 @@ struct Eval<'a> {
     ops_by_group: BTreeMap<GroupKey, Vec<&'a crate::ops::Op>>,
     /// The breaker and the start-up grace: part of every explanation.
     common: Vec<Reason>,
+    /// Profiles with at least one district: their undistricted nodes are
+    /// not scale-up targets (a new node goes to a district).
+    districted: BTreeSet<String>,
 }
 
 /// A group's plan while its verdict is built.

@@ -4,6 +4,7 @@
 use crate::core::testkit::*;
 
 mod arithmetic;
+mod openshift;
 
 #[test]
 fn profile_threshold_scales_up_the_district_with_most_free_uids() {

@@ -5,6 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use gearshift_handlers::GroupKey;
 use gearshift_proto::msg::Reason;
+use gearshift_proto::routing::NO_DISTRICT;
 
 use super::facts::GroupFacts;
 use super::{Eval, Plan, human, reason};
@@ -318,6 +319,16 @@ impl Eval<'_> {
             ),
             _ => reason("backoff", true, "no recent scale-up failure"),
         });
+        if f.key.district == NO_DISTRICT && self.districted.contains(&f.key.profile) {
+            r.push(reason(
+                "districted_target",
+                false,
+                format!(
+                    "undistricted nodes are not scale-up targets: profile {} has districts",
+                    f.key.profile
+                ),
+            ));
+        }
         let cap_max = f.settings.max_nodes.saturating_sub(f.nodes + f.booting);
         r.push(reason(
             "max_nodes",

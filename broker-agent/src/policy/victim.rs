@@ -79,8 +79,9 @@ impl Eval<'_> {
     }
 
     /// Inactive nodes first, then the group's strategy. Never a
-    /// do-not-disrupt or cordoned node, one with pinned gears, or one
-    /// already draining.
+    /// do-not-disrupt or cordoned node, one with pinned gears, one already
+    /// draining, one OpenShift marks inactive in its district, or a new node
+    /// still being added to its district.
     pub(super) fn choose_victim(&self, f: &GroupFacts) -> Result<(String, String), String> {
         let (now, intervals) = (self.now, self.facts.stale_intervals);
         let mut excluded = vec![];
@@ -91,6 +92,11 @@ impl Eval<'_> {
                 excluded.push(format!("{n} missing"));
             } else if self.facts.saga_of(n).is_some() || self.removing.contains(n) {
                 excluded.push(format!("{n} draining"));
+            } else if e.district_inactive() {
+                // Deactivated in OpenShift by someone else: not gearshift's to empty.
+                excluded.push(format!("{n} inactive in its district (OpenShift)"));
+            } else if self.facts.joining(n) {
+                excluded.push(format!("{n} joining its district"));
             } else if self.facts.cordoned(n) {
                 excluded.push(format!("{n} cordoned"));
             } else if self.facts.do_not_disrupt(n) {

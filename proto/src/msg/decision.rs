@@ -107,6 +107,11 @@ pub struct Decision {
     /// The group's figures when the decision was taken.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stats: Option<GroupStats>,
+    /// A dry run (the group's handler is `log`): nothing was done, no
+    /// command reached a node; `reason` says what would have happened.
+    /// Absent (false) on decisions that act.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub dry_run: bool,
 }
 
 /// What one evaluation concluded for a node group.

@@ -75,7 +75,7 @@ pub enum FleetError {
 pub struct NodeSpec {
     /// Host name (also the agent's name on the bus).
     pub name: String,
-    /// District UUID.
+    /// District UUID (`_none`: the node boots undistricted).
     pub district: String,
     /// Node profile.
     pub profile: String,
@@ -209,7 +209,9 @@ impl SimFleet {
         c.runtime.kind = gearshift_node::config::RuntimeKind::Sim;
         c.runtime.facts.profile = spec.profile.clone();
         c.runtime.facts.max_active_gears = spec.max_active_gears;
-        c.runtime.facts.district_uuid = Some(spec.district.clone());
+        // `_none` boots the node undistricted, as a new node's image is.
+        c.runtime.facts.district_uuid =
+            (spec.district != gearshift_proto::routing::NO_DISTRICT).then(|| spec.district.clone());
         c.validate().map_err(|i| FleetError::Config {
             node: spec.name.clone(),
             key: i.key,

@@ -16,7 +16,8 @@ use crate::fleet::Keys;
 
 /// The broker agent's configuration for a benchmark or campaign run: queues
 /// and admin key tagged `tag` (runs share one RabbitMQ), state under `dir`,
-/// `keys`' files, metrics on 127.0.0.1:`port`, the `log` handler, and a
+/// `keys`' files, metrics on 127.0.0.1:`port`, the `spool` handler into
+/// `dir/spool`, and a
 /// policy that decides at once (no debounce, no cooldowns).
 pub fn process_config(url: &str, dir: &Path, keys: &Keys, tag: &str, port: u16) -> BrokerConfig {
     let mut c = BrokerConfig::defaults();
@@ -44,7 +45,15 @@ pub fn process_config(url: &str, dir: &Path, keys: &Keys, tag: &str, port: u16) 
     c.saga.command_timeout = Duration::from_secs(30);
     c.saga.confirm_empty_timeout = Duration::from_secs(30);
     c.group_defaults.max_nodes = 100_000;
-    c.group_defaults.handler = "log".into();
+    // A handler that acts (`log` is a dry run: no drain would run): the
+    // requests land as files nobody picks up.
+    c.handlers.insert(
+        "spool".into(),
+        gearshift_handlers::HandlerConfig::Spool(gearshift_handlers::config::SpoolConfig {
+            dir: dir.join("spool"),
+        }),
+    );
+    c.group_defaults.handler = "spool".into();
     c
 }
 

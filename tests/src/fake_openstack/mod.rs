@@ -270,6 +270,17 @@ impl FakeOpenStack {
         format!("{}/identity/v3", self.base_url())
     }
 
+    /// Writes [`FakeOpenStack::env_vars`] to `path` as the seeds' `auth.env`
+    /// (`export K=V` lines), which the handlers' `[auth] env_file` reads.
+    pub fn write_env_file(&self, path: &std::path::Path) {
+        let text: String = self
+            .env_vars()
+            .into_iter()
+            .map(|(k, v)| format!("export {k}={v}\n"))
+            .collect();
+        std::fs::write(path, text).expect("auth.env written");
+    }
+
     /// `OS_*` variables for the password user, as an openrc sets them.
     pub fn env_vars(&self) -> Vec<(String, String)> {
         [

@@ -123,12 +123,7 @@ async fn world(handler: &str) -> World {
     let os = Arc::new(FakeOpenStack::start().await);
     // The handlers read the seeds' auth.env, as an operator would configure them.
     let env_file = bed.path("auth.env");
-    let text: String = os
-        .env_vars()
-        .into_iter()
-        .map(|(k, v)| format!("export {k}={v}\n"))
-        .collect();
-    std::fs::write(&env_file, text).unwrap();
+    os.write_env_file(&env_file);
     let auth = format!("[auth]\nenv_file = {:?}\n", env_file.to_str().unwrap());
     let nova: NovaConfig = toml::from_str(&format!(
         "base_name = \"{tag}\"\ndomain = \"{DOMAIN}\"\nmax_nodes = 20\npoll_interval = \"50ms\"\n{auth}"

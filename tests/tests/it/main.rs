@@ -24,6 +24,7 @@ mod node_commands;
 mod node_evacuation_kill;
 mod node_heat;
 mod node_outage;
+mod openshift_join;
 mod openshift_scale_down;
 mod openstack_conformance;
 mod packaging_rpm;

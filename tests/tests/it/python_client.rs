@@ -111,6 +111,7 @@ fn decision(broker_key: &KeyPair, district: &str) -> Vec<u8> {
         reason: "profile small at 84.0 % >= PROFILE_THRESHOLD 80 %".into(),
         handler: Some("log".into()),
         stats: Some(GroupStats::default()),
+        dry_run: false,
     };
     broker_key.seal(Envelope::new("broker", decision).with_corr("op-test"))
 }

@@ -215,7 +215,7 @@ fn activate(facts: &Facts<'_>, node: &str) -> Result<(), String> {
             op.id
         ));
     }
-    if e.report.active && !facts.cordoned(node) {
+    if e.is_active() && !facts.cordoned(node) {
         return Err(format!("{node} is already active and not cordoned"));
     }
     Ok(())

@@ -409,3 +409,59 @@ fn quiet_fleet_in(h: &mut H, district: &str) {
         h.node(&format!("{district}-{n}"), district, *l, 100);
     }
 }
+
+#[test]
+fn activate_returns_a_node_left_deactivated_to_service_in_openshift_too() {
+    let mut h = H::new(cfg_with(|c| c.paas.kind = crate::paas::PaasKind::OpenShift));
+    quiet_fleet(&mut h, QUIET);
+    // c was left deactivated by a drain that failed: inactive for gearshift
+    // and in its district, no drain running.
+    let mut left = rep("c", "d1", "small", 100, 10, 0);
+    left.active = false;
+    left.district.as_mut().unwrap().active = false;
+    h.report(left);
+    let g1 = g("d1", "small");
+    let before = h.core.group_stats(&g1, h.now).available_active_gears;
+    let (r, acts) = ask(&mut h, AdminRequest::Activate { node: "c".into() });
+    assert!(
+        r.ok && r.message.contains("cmd.activate sent to c")
+            && r.message.contains("activate-node c in district d1"),
+        "{}",
+        r.message
+    );
+    assert!(matches!(sends(&acts)[0].3, Message::Activate(_)));
+    let paas = paas_calls(&acts);
+    assert_eq!(paas.len(), 1, "{acts:?}");
+    let activate = crate::core::PaasCall::Activate {
+        district: "d1".into(),
+        host: "c".into(),
+    };
+    assert_eq!(paas[0].1, activate);
+    // The answer is only logged; the node's next report brings it back.
+    let ok = CallResult::Paas {
+        call: activate,
+        outcome: crate::paas::Outcome::Done,
+    };
+    let tag = CallTag::Paas(paas[0].0.clone());
+    assert!(h.core.on_handler_result(tag, ok, h.now).is_empty());
+    h.advance(1);
+    h.node("c", "d1", 10, 100);
+    let after = h.core.group_stats(&g1, h.now).available_active_gears;
+    assert_eq!(after, before + 90);
+    // Inactive only in OpenShift: still activated (not "already active").
+    let mut h = H::new(cfg_with(|_| {}));
+    quiet_fleet(&mut h, QUIET);
+    let mut only_district = rep("c", "d1", "small", 100, 10, 0);
+    only_district.district.as_mut().unwrap().active = false;
+    h.report(only_district);
+    let (r, acts) = ask(&mut h, AdminRequest::Activate { node: "c".into() });
+    // Without a PaaS adapter the answer says which command to run.
+    assert!(
+        r.ok && r
+            .message
+            .contains("oo-admin-ctl-district -c activate-node -u d1 -i c"),
+        "{}",
+        r.message
+    );
+    assert!(paas_calls(&acts).is_empty());
+}

@@ -1,7 +1,11 @@
-//! The scale-up operation: ask the cloud for one node and wait for it.
+//! The scale-up operation: ask the cloud for one node, wait for it, and
+//! add it to its district.
 //!
-//! `Preflight -> Requesting -> Booting -> Joined`, or it ends `Failed` /
-//! `TimedOut`; `Checking` asks the handler whether a request whose outcome
+//! `Preflight -> Requesting -> Booting -> [Adding -> Districting ->] Joined`,
+//! or it ends `Failed` / `TimedOut`; `join.rs` holds the district part (a
+//! node that reports undistricted is added with `add-node`, and joins once
+//! its report shows the district); `claim.rs` which operation a report
+//! belongs to (its operation id, or the first new node of the group); `Checking` asks the handler whether a request whose outcome
 //! is unknown reached the cloud (a create is never sent twice on a doubt),
 //! and `Waiting` delays a retry while the cloud is busy.
 //!
@@ -16,8 +20,14 @@ use gearshift_proto::msg::DecisionKind;
 use serde::{Deserialize, Serialize};
 
 use crate::config::BrokerConfig;
-use crate::core::actions::{CallResult, Effect, HandlerCall, Note, Out, dur};
+use crate::core::actions::{CallResult, Effect, HandlerCall, Note, Out, PaasCall, dur};
 use crate::ops::OpId;
+
+mod claim;
+mod join;
+
+pub use claim::claim;
+pub use join::{Match, Sighting};
 
 /// A scale-up saga.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -32,8 +42,21 @@ pub struct ScaleUp {
     pub cloud_id: Option<String>,
     /// When the (last) create request was accepted or became uncertain.
     pub requested_at: Option<DateTime<Utc>>,
-    /// The last thing the handler said.
+    /// The last thing the handler (or add-node) said.
     pub detail: String,
+    /// When its node first reported (the district join's deadline runs from here).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seen_at: Option<DateTime<Utc>>,
+    /// How its node was matched to it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub matched: Option<Match>,
+    /// add-node requests made.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub add_attempts: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// Steps of a scale-up.
@@ -56,7 +79,18 @@ pub enum UpStep {
         /// The handler could not tell whether the request reached the cloud.
         uncertain: bool,
     },
-    /// The node reported with this operation's id.
+    /// The node reported undistricted: `add-node` to the target district is
+    /// (or may be) in flight. Journaled before the call.
+    Adding {
+        /// When to ask again after a retryable failure (`None`: in flight).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        retry_at: Option<DateTime<Utc>>,
+    },
+    /// The node is in the target district for OpenShift (or, with `[paas]
+    /// kind = "none"`, waits to be added outside gearshift): waiting for its
+    /// report to show the district.
+    Districting,
+    /// The node reported in the target district.
     Joined,
     /// The request failed.
     Failed {
@@ -86,6 +120,8 @@ impl UpStep {
             UpStep::Checking => "checking",
             UpStep::Waiting { .. } => "waiting",
             UpStep::Booting { .. } => "booting",
+            UpStep::Adding { .. } => "adding",
+            UpStep::Districting => "districting",
             UpStep::Joined => "joined",
             UpStep::Failed { .. } => "failed",
             UpStep::TimedOut => "timed_out",
@@ -104,11 +140,9 @@ pub enum UpInput {
     Tick,
     /// The agent restarted: re-issue the effect of the current step.
     Resume,
-    /// Its node reported for the first time.
-    Joined {
-        /// The node.
-        node: String,
-    },
+    /// Its node reported (matched by the coordinator: its operation id, or
+    /// the first new node of the group).
+    Report(Sighting),
     /// An operator aborted it.
     Abort {
         /// Who.
@@ -153,6 +187,9 @@ impl ScaleUp {
             cloud_id: None,
             requested_at: None,
             detail: String::new(),
+            seen_at: None,
+            matched: None,
+            add_attempts: 0,
         }
     }
 
@@ -165,9 +202,11 @@ impl ScaleUp {
             UpInput::Resume => match self.step {
                 UpStep::Preflight => preflight(cx),
                 UpStep::Requesting | UpStep::Checking => self.check(cx),
+                // add-node is idempotent: a repeat answers "already so".
+                UpStep::Adding { retry_at: None } => self.add(cx),
                 _ => Out::none(),
             },
-            UpInput::Joined { node } => self.joined(cx, node),
+            UpInput::Report(s) => self.sighted(cx, s, now),
             UpInput::Abort { by } => {
                 self.step = UpStep::Failed {
                     kind: "aborted".into(),
@@ -214,6 +253,13 @@ impl ScaleUp {
                 // Cannot tell: never ask twice; wait for the join or the provision timeout.
                 Ok(Lookup::Unknown) | Err(_) => self.booting(None, true, now),
             },
+            (
+                UpStep::Adding { retry_at: None },
+                CallResult::Paas {
+                    call: PaasCall::AddNode { .. },
+                    outcome,
+                },
+            ) => self.on_added(cx, outcome, now),
             _ => Out::none(),
         }
     }
@@ -228,6 +274,7 @@ impl ScaleUp {
                 Out::none()
             }
             UpStep::Waiting { until } if now >= *until => self.request(cx),
+            UpStep::Adding { .. } | UpStep::Districting => self.district_tick(cx, now),
             _ => Out::none(),
         }
     }
@@ -308,24 +355,6 @@ impl ScaleUp {
         Out {
             outcome: Some(UpOutcome::TimedOut),
             ..Out::effect(decide)
-        }
-    }
-
-    fn joined(&mut self, cx: &UpCtx<'_>, node: String) -> UpOut {
-        if self.step.is_terminal() {
-            return Out::none();
-        }
-        self.step = UpStep::Joined;
-        self.node = Some(node.clone());
-        let reason = format!("{node} reported for the first time, booted for {}", cx.op);
-        Out {
-            outcome: Some(UpOutcome::Joined),
-            ..Out::effect(Effect::Decide(Note {
-                kind: DecisionKind::Joined,
-                node: Some(node),
-                reason,
-                stats: true,
-            }))
         }
     }
 }

@@ -165,7 +165,7 @@ fn busy_cloud_is_retried_after_a_wait() {
 // ------------------------------------------------------- the machine alone
 
 use crate::core::actions::{Effect, Out};
-use crate::core::scale_up::{ScaleUp, UpCtx, UpInput, UpOutcome};
+use crate::core::scale_up::{Match, ScaleUp, Sighting, UpCtx, UpInput, UpOutcome};
 
 fn up_cx<'a>(op: &'a OpId, group: &'a GroupKey, cfg: &'a BrokerConfig) -> UpCtx<'a> {
     UpCtx {
@@ -173,6 +173,17 @@ fn up_cx<'a>(op: &'a OpId, group: &'a GroupKey, cfg: &'a BrokerConfig) -> UpCtx<
         group,
         created: t0(),
         cfg,
+    }
+}
+
+/// Node `node`'s report as the machine reads it, matched by its operation id.
+fn seen(node: &str, district: Option<&str>, profile: &str, gears: u32) -> Sighting {
+    Sighting {
+        node: node.into(),
+        profile: profile.into(),
+        district: district.map(str::to_string),
+        gears,
+        matched: Match::OperationId,
     }
 }
 
@@ -268,7 +279,7 @@ fn machine_quota_at_preflight_fails_and_joins_or_aborts_end_it() {
     assert!(matches!(out.outcome, Some(UpOutcome::Failed(ref e)) if e.is_quota()));
     assert!(matches!(&u.step, UpStep::Failed { kind, .. } if kind == "quota"));
     // A join after the end changes nothing.
-    let join = UpInput::Joined { node: "n1".into() };
+    let join = UpInput::Report(seen("n1", Some("d1"), "small", 0));
     assert_eq!(u.step(&cx, join.clone(), t0()), Out::none());
     let mut u = ScaleUp::new();
     let out = u.step(&cx, join, t0());
@@ -279,3 +290,5 @@ fn machine_quota_at_preflight_fails_and_joins_or_aborts_end_it() {
     assert_eq!(out, Out::touched());
     assert!(matches!(&u.step, UpStep::Failed { kind, .. } if kind == "aborted"));
 }
+
+mod join;
