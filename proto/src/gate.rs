@@ -213,6 +213,26 @@ impl Refusal {
         }
     }
 
+    /// A message the transport dropped unread because its body was over
+    /// its limit (`size` bytes, `limit` the transport's): nothing of the
+    /// envelope is known, so it is refused at the decode step as
+    /// [`ProtoError::TooLarge`] would be, counted as `too_large`.
+    pub fn too_large(size: u64, limit: usize, detail: impl AsRef<str>) -> Refusal {
+        let e = ProtoError::TooLarge {
+            size: usize::try_from(size).unwrap_or(usize::MAX),
+            limit,
+        };
+        Refusal {
+            step: Step::Decode,
+            reason: e.reason_label(),
+            detail: clip(&format!("{e}: {}", detail.as_ref())),
+            id: None,
+            from: None,
+            kind: None,
+            corr: None,
+        }
+    }
+
     /// The kind as a label (`unknown` when the message did not decode).
     pub fn kind_label(&self) -> &'static str {
         self.kind.map_or("unknown", Kind::as_str)

@@ -6,7 +6,9 @@
 use std::sync::Mutex;
 use std::time::Instant;
 
-use gearshift_proto::Refusal;
+use chrono::{DateTime, Utc};
+use gearshift_bus::Delivery;
+use gearshift_proto::{Admitted, Expect, Gate, Refusal};
 
 use crate::ratelimit::{LogLimiter, Verdict};
 
@@ -54,5 +56,31 @@ impl RefusalLog {
                 tracing::debug!(what, reason, kind, from, id = ?id, detail, "message refused")
             }
         }
+    }
+}
+
+/// The refusal of a delivery whose body the transport dropped for its size
+/// ([`Delivery::too_large`]: already settled, empty payload), naming its key
+/// and size; `None` for an ordinary delivery.
+pub fn too_large(d: &Delivery) -> Option<Refusal> {
+    let t = d.too_large.as_ref()?;
+    Some(Refusal::too_large(
+        t.size,
+        t.limit,
+        format!("on {} (dropped unread by the transport)", d.key),
+    ))
+}
+
+/// [`Gate::admit`] for a bus delivery: a too-large one is refused as
+/// `too_large` before the gate sees its (empty) payload.
+pub fn admit(
+    gate: &Gate<'_>,
+    d: &Delivery,
+    expect: Expect,
+    now: DateTime<Utc>,
+) -> Result<Admitted, Refusal> {
+    match too_large(d) {
+        Some(r) => Err(r),
+        None => gate.admit(&d.payload, expect, now),
     }
 }

@@ -7,6 +7,7 @@ use chrono::Utc;
 use gearshift_bus::{Delivery, OutMessage};
 use gearshift_proto::msg::{AdminReply, Kind, Message, Role};
 use gearshift_proto::{Envelope, Expect, Step};
+use gearshift_service::refusals;
 
 use super::deliveries::{Log, ack};
 use super::{Agent, Result2, RunState};
@@ -27,33 +28,35 @@ impl Agent {
         d: Delivery,
     ) -> Result2<()> {
         let now = Utc::now();
-        let (reply, corr, acts) =
-            match self
-                .gate()
-                .admit_once(&d.payload, REQUESTS, now, &mut st.replay)
-            {
-                Ok(a) => {
-                    let Envelope {
-                        from, corr, msg, ..
-                    } = a.envelope;
-                    let Message::AdminRequest(req) = msg else {
-                        let reply = operator::refused("not an admin.request".into());
-                        return self.answer(core, st, d, (reply, corr), vec![], now).await;
-                    };
-                    let agent = &self.cfg.agent.name;
-                    let (reply, acts) = core.on_operator(&from, req, agent, &st.refused, now);
-                    (reply, corr, acts)
+        let (reply, corr, acts) = match refusals::too_large(&d).map_or_else(
+            || {
+                self.gate()
+                    .admit_once(&d.payload, REQUESTS, now, &mut st.replay)
+            },
+            Err,
+        ) {
+            Ok(a) => {
+                let Envelope {
+                    from, corr, msg, ..
+                } = a.envelope;
+                let Message::AdminRequest(req) = msg else {
+                    let reply = operator::refused("not an admin.request".into());
+                    return self.answer(core, st, d, (reply, corr), vec![], now).await;
+                };
+                let agent = &self.cfg.agent.name;
+                let (reply, acts) = core.on_operator(&from, req, agent, &st.refused, now);
+                (reply, corr, acts)
+            }
+            Err(r) => {
+                self.refuse(st, Log::Admin, &r);
+                if r.step == Step::Decode {
+                    ack(d).await;
+                    return Ok(());
                 }
-                Err(r) => {
-                    self.refuse(st, Log::Admin, &r);
-                    if r.step == Step::Decode {
-                        ack(d).await;
-                        return Ok(());
-                    }
-                    let reply = operator::refused(format!("refused: {}", r.detail));
-                    (reply, r.corr, vec![])
-                }
-            };
+                let reply = operator::refused(format!("refused: {}", r.detail));
+                (reply, r.corr, vec![])
+            }
+        };
         self.answer(core, st, d, (reply, corr), acts, now).await
     }
 

@@ -10,7 +10,7 @@ use gearshift_proto::gate::{Step, clip};
 use gearshift_proto::msg::{Kind, Message, Pong};
 use gearshift_proto::sign::TimePolicy;
 use gearshift_proto::{Envelope, Expect, Gate, Refusal};
-use gearshift_service::refusals::RefusalLog;
+use gearshift_service::refusals::{self, RefusalLog};
 
 use super::{Agent, Result2, RunState, VERSION};
 use crate::core::{Core, dur};
@@ -65,7 +65,7 @@ impl Agent {
 
     async fn on_report(&self, core: &mut Core, st: &mut RunState, d: &Delivery) -> Result2<()> {
         let now = Utc::now();
-        let env = match self.gate().admit(&d.payload, REPORTS, now) {
+        let env = match refusals::admit(&self.gate(), d, REPORTS, now) {
             Ok(a) => a.envelope,
             Err(r) => {
                 self.refuse(st, Log::Reports, &r);
@@ -105,7 +105,7 @@ impl Agent {
         let now = Utc::now();
         let mut acts = vec![];
         for d in &batch {
-            match self.gate().admit(&d.payload, EVENTS, now) {
+            match refusals::admit(&self.gate(), d, EVENTS, now) {
                 Ok(a) if a.envelope.kind().is_node_event() => {
                     let env = a.envelope;
                     acts.extend(core.on_event(&env.from, env.corr.as_deref(), &env.msg, now));
@@ -125,7 +125,7 @@ impl Agent {
     /// A ping: answered with a pong on its reply queue.
     pub(super) async fn on_ping(&self, st: &mut RunState, d: Delivery) {
         let now = Utc::now();
-        let ping = match self.gate().admit(&d.payload, PINGS, now) {
+        let ping = match refusals::admit(&self.gate(), &d, PINGS, now) {
             Ok(a) => a.envelope,
             Err(r) => {
                 self.refuse(st, Log::Pings, &r);

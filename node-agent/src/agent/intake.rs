@@ -12,7 +12,7 @@ use std::future::Future;
 use gearshift_bus::{BusError, BusEvent, ConsumeOptions, Delivery, QueueSpec, Subscription};
 use gearshift_proto::msg::Kind;
 use gearshift_proto::{Envelope, Expect, Gate, Refusal, TimePolicy, routing};
-use gearshift_service::refusals::RefusalLog;
+use gearshift_service::refusals::{self, RefusalLog};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -59,12 +59,10 @@ pub(crate) fn count_refusal(sh: &Shared, r: &Refusal, broadcast: bool) {
     }
 }
 
-fn admit(sh: &Shared, bytes: &[u8], expect: Expect) -> Result<Envelope, Refusal> {
+fn admit(sh: &Shared, d: &Delivery, expect: Expect) -> Result<Envelope, Refusal> {
     let s = sh.settings();
     let policy = TimePolicy { window: s.window() };
-    Gate::new(&s.keyring, policy)
-        .admit(bytes, expect, Utc::now())
-        .map(|a| a.envelope)
+    refusals::admit(&Gate::new(&s.keyring, policy), d, expect, Utc::now()).map(|a| a.envelope)
 }
 
 /// Consumes the node's durable command queue until `stop`; re-subscribes
@@ -80,7 +78,7 @@ pub(crate) async fn command_loop(
     };
     let subscribe = || sh.bus.consume(&spec, opts);
     forward(&sh, &tx, &stop, "commands", subscribe, |d| {
-        let admitted = admit(&sh, &d.payload, COMMANDS);
+        let admitted = admit(&sh, &d, COMMANDS);
         ToCore::Command(d, admitted)
     })
     .await
@@ -90,7 +88,7 @@ pub(crate) async fn command_loop(
 pub(crate) async fn ping_loop(sh: Arc<Shared>, tx: mpsc::Sender<ToCore>, stop: CancellationToken) {
     let subscribe = || sh.bus.subscribe(routing::PING);
     forward(&sh, &tx, &stop, "pings", subscribe, |d| {
-        let admitted = admit(&sh, &d.payload, PINGS);
+        let admitted = admit(&sh, &d, PINGS);
         let reply = Reply {
             queue: d.reply_to.clone(),
             correlation_id: d.correlation_id.clone(),

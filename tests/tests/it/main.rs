@@ -5,6 +5,7 @@
 //! workspace is linked once for all of them (cargo's advice for large
 //! suites). Each module's own doc says what it tests.
 
+mod activemq_agents;
 mod broker_kill;
 mod broker_sagas;
 mod chaos_disruptive;
