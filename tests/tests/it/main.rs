@@ -17,6 +17,7 @@ mod handlers_heat_magnum;
 mod handlers_heat_via_node;
 mod handlers_local;
 mod handlers_nova;
+mod heat_user_data;
 mod node_cli;
 mod node_commands;
 mod node_evacuation_kill;
