@@ -19,6 +19,8 @@
 //! - [`policy`]: the read-only evaluation of every node group,
 //!   `evaluate(facts, config, memory, now) -> verdicts`; the coordinator
 //!   applies the verdicts.
+//! - [`explain`]: which explanations are published (changed content, or
+//!   the keep-alive).
 //! - [`history`]: the durable, rotating JSON-lines history of decisions,
 //!   saga steps, changed explanations and operator requests.
 //! - [`ops`]: the journaled records (operations, group state) and their
@@ -42,6 +44,7 @@ pub mod cli;
 pub mod config;
 pub mod core;
 pub mod dashboard;
+pub mod explain;
 pub mod fleet;
 pub mod history;
 pub mod journal;

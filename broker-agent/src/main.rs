@@ -47,6 +47,10 @@ struct OpArgs {
     /// broker.pub next to --key, else the signing key itself).
     #[arg(long)]
     broker_pub: Option<PathBuf>,
+    /// Routing key of the broker agent's operator requests (default: the
+    /// configuration's `agent.admin_key`, else `admin`).
+    #[arg(long, env = "GEARSHIFT_ADMIN_KEY")]
+    admin_key: Option<String>,
     /// Sender name of the request.
     #[arg(long, default_value = "gearshift-operator")]
     from: String,
@@ -218,7 +222,10 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let r = match cli.cmd {
         // check-config and keygen run without a runtime or network.
-        Cmd::CheckConfig { file } => bootstrap::check_config::<BrokerConfig>(&file, |_| vec![]),
+        Cmd::CheckConfig { file } => bootstrap::check_config::<BrokerConfig>(&file, |cfg| {
+            load_keys(cfg)?;
+            Ok(Vec::new())
+        }),
         Cmd::Keygen { dir, name, force } => bootstrap::keygen(
             &dir,
             &name,
@@ -248,8 +255,8 @@ fn runtime(e: impl Into<anyhow::Error>) -> Failure {
 async fn operator_command(cmd: Cmd) -> Result<(), Failure> {
     match cmd {
         Cmd::Status { op, json } => {
-            let (bus, keys) = operator(&op).await?;
-            let s = cli::status(&bus, &keys, &op.from, op.timeout)
+            let o = operator(&op).await?;
+            let s = cli::status(&o.bus, &o.keys, &op.from, &o.admin_key, op.timeout)
                 .await
                 .map_err(runtime)?;
             if json {
@@ -260,7 +267,7 @@ async fn operator_command(cmd: Cmd) -> Result<(), Failure> {
             Ok(())
         }
         Cmd::Watch { op, no_explain } => {
-            let (bus, keys) = operator(&op).await?;
+            let Operator { bus, keys, .. } = operator(&op).await?;
             let stop = CancellationToken::new();
             let s = stop.clone();
             tokio::spawn(async move {
@@ -334,7 +341,7 @@ async fn operator_command(cmd: Cmd) -> Result<(), Failure> {
 }
 
 async fn ping(op: &OpArgs, window: Duration) -> Result<(), Failure> {
-    let (bus, keys) = operator(op).await?;
+    let Operator { bus, keys, .. } = operator(op).await?;
     let answers = cli::ping(&bus, &keys.signer, &op.from, window, None)
         .await
         .map_err(runtime)?;
@@ -376,12 +383,8 @@ async fn push_stats_once(args: &gearshift_pushstats::PushStatsArgs) -> Result<()
 }
 
 async fn admin(op: &OpArgs, req: AdminRequest) -> Result<(), Failure> {
-    let (bus, keys) = operator(op).await?;
-    let key = match &op.config {
-        Some(p) => bootstrap::load::<BrokerConfig>(p)?.agent.admin_key,
-        None => gearshift_proto::routing::ADMIN.to_string(),
-    };
-    let r = cli::admin_on(&bus, &keys, &op.from, &key, req, op.timeout)
+    let o = operator(op).await?;
+    let r = cli::admin_on(&o.bus, &o.keys, &op.from, &o.admin_key, req, op.timeout)
         .await
         .map_err(runtime)?;
     if !r.ok {
@@ -391,7 +394,16 @@ async fn admin(op: &OpArgs, req: AdminRequest) -> Result<(), Failure> {
     Ok(())
 }
 
-async fn operator(op: &OpArgs) -> Result<(SharedBus, OperatorKeys), Failure> {
+/// What every operator subcommand on the bus works with, from its options
+/// and the broker's configuration.
+struct Operator {
+    bus: SharedBus,
+    keys: OperatorKeys,
+    /// Where the broker agent takes operator requests (`agent.admin_key`).
+    admin_key: String,
+}
+
+async fn operator(op: &OpArgs) -> Result<Operator, Failure> {
     let cfg = match &op.config {
         Some(p) => Some(bootstrap::load::<BrokerConfig>(p)?),
         None => None,
@@ -406,6 +418,11 @@ async fn operator(op: &OpArgs) -> Result<(SharedBus, OperatorKeys), Failure> {
         .clone()
         .or_else(|| cfg.as_ref().map(|c| c.keys.signing_key.clone()))
         .unwrap_or_else(|| PathBuf::from("/etc/gearshift/operator.key"));
+    let admin_key = op
+        .admin_key
+        .clone()
+        .or_else(|| cfg.as_ref().map(|c| c.agent.admin_key.clone()))
+        .unwrap_or_else(|| gearshift_proto::routing::ADMIN.to_string());
     let mut keys = OperatorKeys::load(&key, op.broker_pub.as_deref()).map_err(Failure::config)?;
     if let Some(c) = &cfg {
         // With the broker's configuration, trust what the broker trusts, so
@@ -426,14 +443,31 @@ async fn operator(op: &OpArgs) -> Result<(SharedBus, OperatorKeys), Failure> {
             gearshift_bus::url::redact(&url)
         ))
     })?;
-    Ok((bus, keys))
+    Ok(Operator {
+        bus,
+        keys,
+        admin_key,
+    })
 }
 
-/// The broker agent's keyring: its own key, then what `[keys]` trusts.
-fn keyring(cfg: &BrokerConfig, own: &gearshift_proto::KeyPair) -> Result<Keyring, Failure> {
+/// Loads and parses every key file `cfg` names, as `run` does (and
+/// `check-config`): the signing key, and the keyring it makes.
+fn load_keys(cfg: &BrokerConfig) -> Result<(gearshift_proto::KeyPair, Keyring), Failure> {
+    let signer =
+        gearshift_service::keys::load_keypair(&cfg.keys.signing_key).map_err(Failure::config)?;
+    let ring = keyring(cfg, &signer.public()).map_err(Failure::config)?;
+    Ok((signer, ring))
+}
+
+/// The broker agent's keyring: its own key, then what `[keys]` trusts (at
+/// start, and again on every reload).
+fn keyring(
+    cfg: &BrokerConfig,
+    own: &gearshift_proto::sign::VerifyingKey,
+) -> Result<Keyring, gearshift_service::keys::KeyFileError> {
     let mut ring = Keyring::new();
-    ring.add(own.public(), Role::Broker, "own key");
-    let (nodes, operators) = cfg.keys.trust_into(&mut ring).map_err(Failure::config)?;
+    ring.add(*own, Role::Broker, "own key");
+    let (nodes, operators) = cfg.keys.trust_into(&mut ring)?;
     tracing::info!(
         node_keys = nodes,
         operator_keys = operators,
@@ -516,9 +550,10 @@ async fn serve_metrics(
 async fn run_agent(path: PathBuf, log_format: Option<LogFormat>) -> Result<(), Failure> {
     // Validate before touching anything else.
     let (service, cfg) = Service::<BrokerConfig>::start(&path, log_format)?;
-    let signer =
-        gearshift_service::keys::load_keypair(&cfg.keys.signing_key).map_err(Failure::config)?;
-    let ring = keyring(&cfg, &signer)?;
+    let (signer, ring) = load_keys(&cfg)?;
+    let own = signer.public();
+    let key_source: gearshift_broker::agent::KeySource =
+        Arc::new(move |c: &BrokerConfig| keyring(c, &own).map_err(|e| e.to_string()));
     // Connect, retrying until the bus answers or we are told to stop.
     let opts = cfg
         .bus
@@ -532,6 +567,7 @@ async fn run_agent(path: PathBuf, log_format: Option<LogFormat>) -> Result<(), F
         .tracker(service.tracker().clone())
         .signer(signer)
         .keyring(ring)
+        .keys_from(key_source)
         .metrics(metrics.clone())
         .reloads(reload_rx)
         .build()

@@ -8,8 +8,16 @@ fn bin() -> Command {
 
 #[test]
 fn check_config_accepts_the_shipped_file() {
-    let shipped = concat!(env!("CARGO_MANIFEST_DIR"), "/../conf/broker.toml");
-    let out = bin().arg("check-config").arg(shipped).output().unwrap();
+    // With the key it names: check-config loads it, as `run` does.
+    let dir = tempfile::tempdir().unwrap();
+    let shipped =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../conf/broker.toml"))
+            .unwrap()
+            .replace("/etc/gearshift/", &format!("{}/", dir.path().display()));
+    gearshift_service::keys::write_keypair(dir.path(), "broker", false).unwrap();
+    let file = dir.path().join("broker.toml");
+    std::fs::write(&file, shipped).unwrap();
+    let out = bin().arg("check-config").arg(&file).output().unwrap();
     assert!(
         out.status.success(),
         "{}",

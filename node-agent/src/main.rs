@@ -91,9 +91,10 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let r = match cli.cmd {
         Cmd::Run { config, log_format } => tokio_main(run(config, log_format)),
-        Cmd::CheckConfig { file } => {
-            bootstrap::check_config::<NodeConfig>(&file, missing_key_files)
-        }
+        Cmd::CheckConfig { file } => bootstrap::check_config::<NodeConfig>(&file, |cfg| {
+            setup::load_keys(cfg).map_err(Failure::config)?;
+            Ok(Vec::new())
+        }),
         Cmd::Status {
             config,
             state_dir,
@@ -122,18 +123,6 @@ fn tokio_main(fut: impl std::future::Future<Output = Result<(), Failure>>) -> Re
     // queues). The agent handles a few messages a second; file and gear
     // work runs on the blocking pool, which grows on demand.
     bootstrap::block_on(Some(1), fut)
-}
-
-/// `check-config`'s warnings: key files the agent will need that do not
-/// exist (yet); the file itself is valid.
-fn missing_key_files(cfg: &NodeConfig) -> Vec<String> {
-    let signing = std::iter::once(("signing_key", cfg.keys.signing_key.as_path()));
-    let trusted = cfg.keys.every_key().map(|(key, _, p)| (key, p));
-    signing
-        .chain(trusted)
-        .filter(|(_, p)| !p.exists())
-        .map(|(key, p)| format!("keys.{key}: {} does not exist (yet)", p.display()))
-        .collect()
 }
 
 fn show_status(config: &Path, state_dir: Option<PathBuf>, json: bool) -> Result<(), Failure> {

@@ -116,9 +116,11 @@ fn booted_for(cfg: &NodeConfig) -> Result<Option<String>, SetupError> {
     }
 }
 
-/// Loads keys and resolves everything the agent needs from `cfg`.
-pub fn agent_config(cfg: &NodeConfig, metrics: Metrics) -> Result<AgentConfig, SetupError> {
-    let name = node_name(cfg)?;
+/// Loads and parses every key file `cfg` names, as `run` does: the
+/// signing key and the trusted public keys (`check-config` runs this too).
+pub fn load_keys(
+    cfg: &NodeConfig,
+) -> Result<(gearshift_proto::KeyPair, gearshift_proto::Keyring), SetupError> {
     let keypair =
         gearshift_service::keys::load_keypair(&cfg.keys.signing_key).map_err(|source| {
             SetupError::Keys {
@@ -135,6 +137,13 @@ pub fn agent_config(cfg: &NodeConfig, metrics: Metrics) -> Result<AgentConfig, S
             }
         })?;
     }
+    Ok((keypair, keyring))
+}
+
+/// Loads keys and resolves everything the agent needs from `cfg`.
+pub fn agent_config(cfg: &NodeConfig, metrics: Metrics) -> Result<AgentConfig, SetupError> {
+    let name = node_name(cfg)?;
+    let (keypair, keyring) = load_keys(cfg)?;
     let mut a = AgentConfig::new(name, keypair, keyring, cfg.state.dir.clone());
     a.time_window = cfg.keys.time_window;
     a.replay_capacity = cfg.keys.replay_capacity;

@@ -315,6 +315,7 @@ mod tests {
                 }],
                 parallelism: Some(4),
                 deadline: None,
+                watch: false,
             },
         )
         .with_corr("op-1")
@@ -358,6 +359,7 @@ mod tests {
                 }],
                 parallelism: None,
                 deadline: None,
+                watch: false,
             },
         );
         let good: Value = serde_json::from_slice(&e.encode()).unwrap();
@@ -414,6 +416,7 @@ mod tests {
                 ],
                 parallelism: None,
                 deadline: None,
+                watch: false,
             },
         );
         assert!(matches!(

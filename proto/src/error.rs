@@ -65,6 +65,17 @@ pub enum AuthError {
         /// Kind of the message.
         kind: String,
     },
+    /// The key is bound to one sender and signed as another: a node key
+    /// speaking for a node it was not enrolled for.
+    #[error("key {key:?} is enrolled for {bound:?} and may not speak for {from:?}")]
+    WrongIdentity {
+        /// Key id.
+        key: String,
+        /// The sender the key is enrolled for.
+        bound: String,
+        /// The `from` it signed.
+        from: String,
+    },
     /// The signature does not verify: the message was altered or forged.
     #[error("bad signature (forged or altered message)")]
     BadSignature,
@@ -92,6 +103,7 @@ impl AuthError {
             AuthError::MalformedSignature(_) => "malformed_signature",
             AuthError::UnknownKey(_) => "unknown_key",
             AuthError::WrongRole { .. } => "wrong_role",
+            AuthError::WrongIdentity { .. } => "identity",
             AuthError::BadSignature => "bad_signature",
             AuthError::Expired(_) => "expired",
             AuthError::Stale { .. } => "stale",

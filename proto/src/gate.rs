@@ -196,6 +196,16 @@ impl Refusal {
         }
     }
 
+    /// A refusal of a message the transport dropped for its size before
+    /// anyone read it (`too_large`, step 1): nothing of the envelope is known.
+    pub fn oversized(size: u64, limit: usize) -> Refusal {
+        let e = ProtoError::TooLarge {
+            size: usize::try_from(size).unwrap_or(usize::MAX),
+            limit,
+        };
+        Refusal::undecodable(&[], &e)
+    }
+
     /// A refusal for `e`, found by the gate or by a receiver's own checks
     /// after it (the time of a new command, a replay record of its own).
     pub fn auth(env: &Envelope, e: &AuthError) -> Refusal {
@@ -210,26 +220,6 @@ impl Refusal {
                 e.reason_label(),
                 format!("{} from {}: {e}", env.kind(), env.from),
             )
-        }
-    }
-
-    /// A message the transport dropped unread because its body was over
-    /// its limit (`size` bytes, `limit` the transport's): nothing of the
-    /// envelope is known, so it is refused at the decode step as
-    /// [`ProtoError::TooLarge`] would be, counted as `too_large`.
-    pub fn too_large(size: u64, limit: usize, detail: impl AsRef<str>) -> Refusal {
-        let e = ProtoError::TooLarge {
-            size: usize::try_from(size).unwrap_or(usize::MAX),
-            limit,
-        };
-        Refusal {
-            step: Step::Decode,
-            reason: e.reason_label(),
-            detail: clip(&format!("{e}: {}", detail.as_ref())),
-            id: None,
-            from: None,
-            kind: None,
-            corr: None,
         }
     }
 
@@ -530,6 +520,38 @@ mod tests {
             .unwrap_err();
         assert_eq!(r.reason, "replayed");
         assert_eq!(r.kind, Some(Kind::Ping));
+    }
+
+    #[test]
+    fn a_bound_key_speaks_only_for_its_sender() {
+        let a = KeyPair::from_seed(&[5; 32]);
+        let mut ring = Keyring::new();
+        ring.add_bound(a.public(), Role::Node, "node-a", "nodes.d/node-a.pub");
+        let g = Gate::new(&ring, TimePolicy::default());
+        let now = Utc::now();
+        let ack = || Ack {
+            cmd: Uuid::nil(),
+            command: "cmd.ping".into(),
+        };
+        let own = a.seal(Envelope::new_at("node-a", ack(), now));
+        assert_eq!(g.admit(&own, Expect::any(), now).unwrap().role, Role::Node);
+        // A's key signing as B: a valid signature by a trusted key, refused.
+        let forged = a.seal(Envelope::new_at("node-b", ack(), now));
+        let r = g.admit(&forged, Expect::any(), now).unwrap_err();
+        assert_eq!((r.reason, r.step), ("identity", Step::Auth));
+        assert_eq!(r.from.as_deref(), Some("node-b"));
+        let d = Envelope::decode(&forged).unwrap();
+        assert_eq!(
+            g.admit_decoded(d, Expect::any(), now).unwrap_err().reason,
+            "identity"
+        );
+        // Revoked: the key is unknown from then on.
+        ring.remove(a.id());
+        let g = Gate::new(&ring, TimePolicy::default());
+        assert_eq!(
+            g.admit(&own, Expect::any(), now).unwrap_err().reason,
+            "unknown_key"
+        );
     }
 
     #[test]

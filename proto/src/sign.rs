@@ -13,7 +13,10 @@ use base64::Engine;
 use base64::engine::general_purpose::STANDARD as B64;
 use chrono::{DateTime, Duration, Utc};
 use ed25519_dalek::pkcs8::{DecodePrivateKey, DecodePublicKey, EncodePublicKey};
-use ed25519_dalek::{Signature, Signer, SigningKey, Verifier as _, VerifyingKey};
+use ed25519_dalek::{Signature, Signer, SigningKey, Verifier as _};
+
+/// An Ed25519 public key (what a [`Keyring`] trusts).
+pub use ed25519_dalek::VerifyingKey;
 use sha2::{Digest, Sha256};
 
 use crate::envelope::{Decoded, Envelope, RawEnvelope, format_ts};
@@ -172,6 +175,10 @@ pub struct TrustedKey {
     pub role: Role,
     /// Where it came from (file name), for logs.
     pub label: String,
+    /// The one sender (`from`) this key speaks for, when it is bound to an
+    /// identity (a node key enrolled for host H speaks only for H); `None`
+    /// for a key that may sign as any sender of its role.
+    pub speaks_for: Option<String>,
 }
 
 /// The public keys a receiver trusts, by key id.
@@ -186,18 +193,53 @@ impl Keyring {
         Self::default()
     }
 
-    /// Trusts `key` for `role`; returns its key id.
+    /// Trusts `key` for `role`, as any sender of that role; returns its
+    /// key id.
     pub fn add(&mut self, key: VerifyingKey, role: Role, label: impl Into<String>) -> String {
+        self.insert(key, role, None, label.into())
+    }
+
+    /// Trusts `key` for `role`, speaking only for the sender `from` (a node
+    /// key enrolled for one host): a message it signs with another `from`
+    /// is refused (`identity`). Returns its key id.
+    pub fn add_bound(
+        &mut self,
+        key: VerifyingKey,
+        role: Role,
+        from: impl Into<String>,
+        label: impl Into<String>,
+    ) -> String {
+        self.insert(key, role, Some(from.into()), label.into())
+    }
+
+    fn insert(
+        &mut self,
+        key: VerifyingKey,
+        role: Role,
+        speaks_for: Option<String>,
+        label: String,
+    ) -> String {
         let id = key_id(&key);
         self.keys.insert(
             id.clone(),
             TrustedKey {
                 key,
                 role,
-                label: label.into(),
+                label,
+                speaks_for,
             },
         );
         id
+    }
+
+    /// Forgets the key with this id (a revoked key); returns it.
+    pub fn remove(&mut self, id: &str) -> Option<TrustedKey> {
+        self.keys.remove(id)
+    }
+
+    /// The trusted keys, in no particular order.
+    pub fn keys(&self) -> impl Iterator<Item = (&str, &TrustedKey)> {
+        self.keys.iter().map(|(id, k)| (id.as_str(), k))
     }
 
     /// Number of trusted keys.
@@ -215,15 +257,17 @@ impl Keyring {
         self.keys.get(id)
     }
 
-    /// Checks the signature of a decoded message and that its key's role may
-    /// send its kind. Returns the signing key's role.
+    /// Checks the signature of a decoded message, that its key's role may
+    /// send its kind, and that a key bound to an identity signed as that
+    /// identity. Returns the signing key's role.
     pub fn verify_signature(&self, d: &Decoded) -> Result<Role, AuthError> {
-        self.verify_parts(d.envelope.sig.as_deref(), &d.signed, d.envelope.kind())
+        let e = &d.envelope;
+        self.verify_parts(e.sig.as_deref(), &d.signed, e.kind(), &e.from)
     }
 
     /// [`Keyring::verify_signature`] before the body is decoded.
     pub fn verify_raw(&self, r: &RawEnvelope) -> Result<Role, AuthError> {
-        self.verify_parts(r.sig.as_deref(), &r.signed, r.kind)
+        self.verify_parts(r.sig.as_deref(), &r.signed, r.kind, &r.from)
     }
 
     fn verify_parts(
@@ -231,6 +275,7 @@ impl Keyring {
         sig: Option<&str>,
         signed: &[u8],
         kind: Kind,
+        from: &str,
     ) -> Result<Role, AuthError> {
         let sig = sig.ok_or(AuthError::Unsigned)?;
         let mut parts = sig.splitn(3, ':');
@@ -268,6 +313,16 @@ impl Keyring {
                 key: kid.to_string(),
                 role: trusted.role.to_string(),
                 kind: kind.to_string(),
+            });
+        }
+        // After the signature: only a key's holder learns that it is bound.
+        if let Some(host) = &trusted.speaks_for
+            && host != from
+        {
+            return Err(AuthError::WrongIdentity {
+                key: kid.to_string(),
+                bound: host.clone(),
+                from: from.chars().take(64).collect(),
             });
         }
         Ok(trusted.role)

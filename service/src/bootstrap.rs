@@ -120,14 +120,15 @@ pub fn load<C: ServiceConfig>(path: &Path) -> Result<C, Failure> {
 }
 
 /// `check-config`: loads and checks `path` without touching the network,
-/// prints `warnings(&config)` (files the agent will need that are missing:
-/// the file itself is valid) and `<path>: ok`.
+/// then runs the agent's own `check` on it (loading every key file exactly
+/// as `run` does: what `run` would refuse, `check-config` refuses), prints
+/// the warnings it returns and `<path>: ok`.
 pub fn check_config<C: ServiceConfig>(
     path: &Path,
-    warnings: impl FnOnce(&C) -> Vec<String>,
+    check: impl FnOnce(&C) -> Result<Vec<String>, Failure>,
 ) -> Result<(), Failure> {
     let cfg = load::<C>(path)?;
-    for w in warnings(&cfg) {
+    for w in check(&cfg)? {
         eprintln!("warning: {w}");
     }
     println!("{}: ok", path.display());

@@ -54,11 +54,44 @@ pub fn trust(ring: &mut Keyring, path: &Path, role: Role) -> Result<String, KeyF
 /// Trusts every `*.pub` file of `dir` for `role` (in name order); returns
 /// how many. A missing directory trusts nobody (and is logged).
 pub fn trust_dir(ring: &mut Keyring, dir: &Path, role: Role) -> Result<usize, KeyFileError> {
+    let paths = pub_files(dir, role)?;
+    for p in &paths {
+        trust(ring, p, role)?;
+    }
+    Ok(paths.len())
+}
+
+/// Trusts every `<sender>.pub` file of `dir` for `role`, each speaking only
+/// for `<sender>` (`nodes.d/node-1.example.com.pub` signs only as
+/// `node-1.example.com`); returns how many. A missing directory trusts
+/// nobody (and is logged).
+pub fn trust_dir_bound(ring: &mut Keyring, dir: &Path, role: Role) -> Result<usize, KeyFileError> {
+    let paths = pub_files(dir, role)?;
+    for p in &paths {
+        let sender = p
+            .file_stem()
+            .and_then(|s| s.to_str())
+            .filter(|s| !s.is_empty())
+            .ok_or_else(|| KeyFileError::Format {
+                path: p.clone(),
+                reason: "the file name must be <sender>.pub".into(),
+            })?;
+        let key = public_from_pem(&read(p)?).map_err(|e| KeyFileError::Format {
+            path: p.clone(),
+            reason: e.to_string(),
+        })?;
+        ring.add_bound(key, role, sender, p.display().to_string());
+    }
+    Ok(paths.len())
+}
+
+/// The `*.pub` files of `dir`, in name order (none when it is missing).
+fn pub_files(dir: &Path, role: Role) -> Result<Vec<PathBuf>, KeyFileError> {
     let rd = match std::fs::read_dir(dir) {
         Ok(rd) => rd,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             tracing::warn!(dir = %dir.display(), %role, "no such key directory: no {role} key trusted from it");
-            return Ok(0);
+            return Ok(vec![]);
         }
         Err(e) => {
             return Err(KeyFileError::Io {
@@ -67,17 +100,12 @@ pub fn trust_dir(ring: &mut Keyring, dir: &Path, role: Role) -> Result<usize, Ke
             });
         }
     };
-    let mut paths: Vec<PathBuf> = rd.filter_map(|e| e.ok().map(|e| e.path())).collect();
-    paths.sort();
-    let mut n = 0;
-    for p in paths
-        .iter()
+    let mut paths: Vec<PathBuf> = rd
+        .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.extension().is_some_and(|x| x == "pub"))
-    {
-        trust(ring, p, role)?;
-        n += 1;
-    }
-    Ok(n)
+        .collect();
+    paths.sort();
+    Ok(paths)
 }
 
 /// Builds a keyring from `(role, path)` pairs.
@@ -149,5 +177,22 @@ mod tests {
         );
         let e = load_keypair(&p).unwrap_err().to_string();
         assert!(e.contains("broker.pub"), "{e}");
+    }
+
+    #[test]
+    fn a_directory_of_sender_keys_binds_each_to_its_file_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_, _, a) = write_keypair(dir.path(), "node-1.example.com", false).unwrap();
+        std::fs::write(dir.path().join("notes.txt"), "not a key").unwrap();
+        let mut ring = Keyring::new();
+        assert_eq!(
+            trust_dir_bound(&mut ring, dir.path(), Role::Node).unwrap(),
+            1
+        );
+        let k = ring.get(a.id()).unwrap();
+        assert_eq!(k.speaks_for.as_deref(), Some("node-1.example.com"));
+        assert_eq!(k.role, Role::Node);
+        let missing = dir.path().join("nope");
+        assert_eq!(trust_dir_bound(&mut ring, &missing, Role::Node).unwrap(), 0);
     }
 }

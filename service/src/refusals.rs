@@ -12,6 +12,21 @@ use gearshift_proto::{Admitted, Expect, Gate, Refusal};
 
 use crate::ratelimit::{LogLimiter, Verdict};
 
+/// Runs `gate` on a delivery. One the transport dropped for its size
+/// ([`Delivery::too_large`]) is refused as `too_large` without a look at its
+/// (absent) body, so that it is counted and answered like any other refusal.
+pub fn admit_delivery(
+    gate: &Gate<'_>,
+    d: &Delivery,
+    expect: Expect,
+    now: DateTime<Utc>,
+) -> Result<Admitted, Refusal> {
+    match &d.too_large {
+        Some(t) => Err(Refusal::oversized(t.size, t.limit)),
+        None => gate.admit(&d.payload, expect, now),
+    }
+}
+
 /// Rate-limited log of refused messages for one receiver.
 #[derive(Debug)]
 pub struct RefusalLog {
@@ -39,10 +54,10 @@ impl RefusalLog {
         let (what, reason, detail) = (self.what, r.reason, r.detail.as_str());
         let (kind, from, id) = (r.kind_label(), r.from.as_deref(), r.id);
         match verdict {
-            Verdict::Log { suppressed: 0 } => {
+            Verdict::Log { suppressed: 0, .. } => {
                 tracing::warn!(what, reason, kind, from, id = ?id, detail, "message refused")
             }
-            Verdict::Log { suppressed } => tracing::warn!(
+            Verdict::Log { suppressed, .. } => tracing::warn!(
                 what,
                 reason,
                 kind,
@@ -56,31 +71,5 @@ impl RefusalLog {
                 tracing::debug!(what, reason, kind, from, id = ?id, detail, "message refused")
             }
         }
-    }
-}
-
-/// The refusal of a delivery whose body the transport dropped for its size
-/// ([`Delivery::too_large`]: already settled, empty payload), naming its key
-/// and size; `None` for an ordinary delivery.
-pub fn too_large(d: &Delivery) -> Option<Refusal> {
-    let t = d.too_large.as_ref()?;
-    Some(Refusal::too_large(
-        t.size,
-        t.limit,
-        format!("on {} (dropped unread by the transport)", d.key),
-    ))
-}
-
-/// [`Gate::admit`] for a bus delivery: a too-large one is refused as
-/// `too_large` before the gate sees its (empty) payload.
-pub fn admit(
-    gate: &Gate<'_>,
-    d: &Delivery,
-    expect: Expect,
-    now: DateTime<Utc>,
-) -> Result<Admitted, Refusal> {
-    match too_large(d) {
-        Some(r) => Err(r),
-        None => gate.admit(&d.payload, expect, now),
     }
 }

@@ -83,3 +83,19 @@ pub fn node_binary() -> PathBuf {
 pub fn sim_binary() -> PathBuf {
     workspace_binary("gearshift-sim")
 }
+
+/// A copy of the shipped `conf/<agent>.toml` in `dir`, its `/etc/gearshift/`
+/// paths moved to `dir`, with the key files it names written there
+/// (`check-config` loads them, as `run` does): the node's `node.key` and the
+/// broker's `broker.pub`, or the broker's `broker.key`.
+pub fn shipped_config_with_keys(agent: &str, dir: &std::path::Path) -> PathBuf {
+    let shipped = crate::repo_root().join(format!("conf/{agent}.toml"));
+    let text = std::fs::read_to_string(&shipped).expect("read the shipped configuration");
+    let moved = text.replace("/etc/gearshift/", &format!("{}/", dir.display()));
+    for stem in ["node", "broker"] {
+        gearshift_service::keys::write_keypair(dir, stem, true).expect("write a key pair");
+    }
+    let path = dir.join(format!("{agent}.toml"));
+    std::fs::write(&path, moved).expect("write the configuration");
+    path
+}

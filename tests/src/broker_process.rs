@@ -49,6 +49,20 @@ impl BrokerProcess {
         BrokerProcess { child }
     }
 
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// SIGHUP: reload the configuration (and the trusted keys).
+    pub fn reload(&self) {
+        let st = Command::new("kill")
+            .args(["-HUP", &self.child.id().to_string()])
+            .status()
+            .expect("run kill");
+        assert!(st.success(), "kill -HUP failed");
+    }
+
     /// SIGKILL, and reap.
     pub fn kill(mut self) {
         let _ = self.child.kill();

@@ -6,8 +6,7 @@ use std::time::Duration;
 use chrono::Utc;
 use gearshift_bus::{Delivery, OutMessage};
 use gearshift_proto::msg::{AdminReply, Kind, Message, Role};
-use gearshift_proto::{Envelope, Expect, Step};
-use gearshift_service::refusals;
+use gearshift_proto::{Envelope, Expect, Refusal, Step};
 
 use super::deliveries::{Log, ack};
 use super::{Agent, Result2, RunState};
@@ -28,13 +27,14 @@ impl Agent {
         d: Delivery,
     ) -> Result2<()> {
         let now = Utc::now();
-        let (reply, corr, acts) = match refusals::too_large(&d).map_or_else(
-            || {
-                self.gate()
-                    .admit_once(&d.payload, REQUESTS, now, &mut st.replay)
-            },
-            Err,
-        ) {
+        // One the transport dropped for its size is refused as too_large.
+        let admitted = match &d.too_large {
+            Some(t) => Err(Refusal::oversized(t.size, t.limit)),
+            None => self
+                .gate()
+                .admit_once(&d.payload, REQUESTS, now, &mut st.replay),
+        };
+        let (reply, corr, acts) = match admitted {
             Ok(a) => {
                 let Envelope {
                     from, corr, msg, ..

@@ -11,9 +11,10 @@ use gearshift_proto::{Envelope, routing};
 use uuid::Uuid;
 
 use super::{Agent, Observed, Result2, RunState};
-use crate::core::{Action, CallResult, CallTag, Core, HandlerCall};
+use crate::core::{Action, CallResult, CallTag, Core, HandlerCall, PaasCall};
 use crate::history::Event;
 use crate::ops::OpId;
+use crate::paas::{Outcome, PaasAdapter, PaasError};
 
 impl Agent {
     /// Journals the core's changes, then carries out the actions.
@@ -34,9 +35,12 @@ impl Agent {
         for a in acts {
             match a {
                 Action::Call { tag, handler, call } => self.spawn_call(st, tag, handler, call),
+                Action::Paas { op, call } => self.spawn_paas(st, op, call),
                 Action::Explain(x) => {
-                    st.record_event(now, Event::Explanation(x.clone()));
-                    explanations.push(x);
+                    if st.explained.admit(&x, now) {
+                        st.record_event(now, Event::Explanation(x.clone()));
+                        explanations.push(x);
+                    }
                 }
                 Action::Decide(d) => {
                     st.record_event(now, Event::Decision(d.clone()));
@@ -55,8 +59,9 @@ impl Agent {
                 } => self.send(&node, &corr, id, msg, now).await,
             }
         }
-        // Explanations (one per group) are best effort: after the decisions
-        // and commands, all in flight at once.
+        // Explanations (those whose content changed, see `crate::explain`)
+        // are best effort: after the decisions and commands, all in flight
+        // at once.
         futures::future::join_all(explanations.into_iter().map(|x| self.explain(x, now))).await;
         if changed {
             st.status_dirty = true;
@@ -110,6 +115,24 @@ impl Agent {
         });
     }
 
+    /// Runs a PaaS command on a task; its outcome comes back through the
+    /// results channel. The adapter bounds the command itself (`[paas]`
+    /// timeouts); a command that cannot run answers a permanent failure.
+    fn spawn_paas(&self, st: &mut RunState, op: OpId, call: PaasCall) {
+        st.in_flight_calls += 1;
+        let paas = self.paas.clone();
+        let tx = st.results_tx.clone();
+        tracing::info!(%op, call = call.name(), "paas call");
+        self.tracker.spawn(async move {
+            let outcome = match run_paas(&*paas, &call).await {
+                Ok(o) => o,
+                Err(e) => Outcome::from_error(&e),
+            };
+            let name = call.name();
+            let _ = tx.send((CallTag::Paas(op), name, CallResult::Paas { call, outcome }));
+        });
+    }
+
     /// Publishes a signed command on `cmd.<node>`.
     async fn send(&self, node: &str, corr: &OpId, id: Uuid, msg: Message, now: DateTime<Utc>) {
         let kind = msg.kind();
@@ -160,6 +183,15 @@ impl Agent {
             tracing::debug!(error = %e, "explanation not published");
         }
         let _ = self.observed_tx.send(Observed::Explanation(x));
+    }
+}
+
+async fn run_paas(paas: &dyn PaasAdapter, call: &PaasCall) -> Result<Outcome, PaasError> {
+    match call {
+        PaasCall::Deactivate { district, host } => paas.deactivate(district, host).await,
+        PaasCall::Activate { district, host } => paas.activate(district, host).await,
+        PaasCall::RemoveNode { district, host } => paas.remove_node(district, host).await,
+        PaasCall::Move { gear, target } => paas.move_gear(gear, target).await,
     }
 }
 

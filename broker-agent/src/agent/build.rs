@@ -40,12 +40,18 @@ impl FleetView for FleetHandle {
     }
 }
 
+/// Builds the trusted keys from a configuration: at start when no keyring is
+/// given, and again on every reload (so that a removed `nodes.d` file
+/// revokes its node at once).
+pub type KeySource = Arc<dyn Fn(&BrokerConfig) -> Result<Keyring, String> + Send + Sync>;
+
 /// Builds an [`Agent`].
 pub struct AgentBuilder {
     cfg: BrokerConfig,
     bus: SharedBus,
     signer: Option<KeyPair>,
     keyring: Option<Keyring>,
+    key_source: Option<KeySource>,
     handlers: BTreeMap<String, Arc<dyn Handler>>,
     planner: Option<Arc<dyn EvacuationPlanner>>,
     state_dir: Option<PathBuf>,
@@ -70,6 +76,7 @@ impl AgentBuilder {
             bus,
             signer: None,
             keyring: None,
+            key_source: None,
             handlers: BTreeMap::new(),
             planner: None,
             state_dir: None,
@@ -89,6 +96,13 @@ impl AgentBuilder {
     /// Trusted keys (nodes, operators, clients).
     pub fn keyring(mut self, r: Keyring) -> Self {
         self.keyring = Some(r);
+        self
+    }
+
+    /// Reads the trusted keys from the configuration with `f`, now (unless a
+    /// keyring was given) and on every reload.
+    pub fn keys_from(mut self, f: KeySource) -> Self {
+        self.key_source = Some(f);
         self
     }
 
@@ -139,7 +153,12 @@ impl AgentBuilder {
     /// Locks the state directory, opens the journal, builds the handlers.
     pub fn build(self) -> Result<Agent, AgentError> {
         let signer = Arc::new(self.signer.ok_or(AgentError::NoSigner)?);
-        let keyring = Arc::new(self.keyring.unwrap_or_default());
+        let keyring = match (self.keyring, &self.key_source) {
+            (Some(r), _) => r,
+            (None, Some(f)) => f(&self.cfg).map_err(AgentError::Keys)?,
+            (None, None) => Keyring::new(),
+        };
+        let keyring = Arc::new(keyring);
         let state_dir = self
             .state_dir
             .unwrap_or_else(|| self.cfg.agent.state_dir.clone());
@@ -162,6 +181,7 @@ impl AgentBuilder {
             .unwrap_or_else(|| Arc::new(PlacementPlanner::new(engine.clone())));
         let cfg = Arc::new(self.cfg);
         check_handlers(&cfg, &handlers)?;
+        let paas = crate::paas::build(&cfg.paas);
         let (status_tx, _) = watch::channel(Arc::new(Status::default()));
         let (observed_tx, _) = broadcast::channel(1024);
         Ok(Agent {
@@ -169,7 +189,9 @@ impl AgentBuilder {
             bus: self.bus,
             signer,
             keyring,
+            key_source: self.key_source,
             handlers: Arc::new(handlers),
+            paas,
             planner,
             engine,
             journal,

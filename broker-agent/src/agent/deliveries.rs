@@ -7,16 +7,16 @@ use std::time::Duration;
 use chrono::Utc;
 use gearshift_bus::{Delivery, OutMessage};
 use gearshift_proto::gate::{Step, clip};
-use gearshift_proto::msg::{Kind, Message, Pong};
+use gearshift_proto::msg::{Kind, Pong};
 use gearshift_proto::sign::TimePolicy;
 use gearshift_proto::{Envelope, Expect, Gate, Refusal};
-use gearshift_service::refusals::{self, RefusalLog};
+use gearshift_service::refusals::{RefusalLog, admit_delivery};
 
 use super::{Agent, Result2, RunState, VERSION};
 use crate::core::{Core, dur};
 
 /// Reports: node reports only, fresh.
-const REPORTS: Expect = Expect::kinds(|k| k == Kind::Report);
+pub(super) const REPORTS: Expect = Expect::kinds(|k| k == Kind::Report);
 /// Node events wait in a durable queue: their age is no reason to refuse
 /// them, and their effects are idempotent on the command id. Any kind is
 /// taken (a pong to a ping without a reply queue rides `event.<node>` too)
@@ -43,57 +43,6 @@ impl Agent {
         log.of(st).log(r);
     }
 
-    /// A report: the gate, then the broker's own check that a node reports
-    /// for itself, then the core. Acked on a task of its own whatever came
-    /// of it (a report is soft state); an evaluation it made due runs now.
-    pub(super) async fn on_report_delivery(
-        &self,
-        core: &mut Core,
-        st: &mut RunState,
-        d: Delivery,
-    ) -> Result2<()> {
-        self.on_report(core, st, &d).await?;
-        // Waiting for the transport to write the ack would hold up the loop.
-        self.tracker.spawn(ack(d));
-        let now = Utc::now();
-        if core.evaluation_due().is_some_and(|t| now >= t) {
-            st.next_eval = tokio::time::Instant::now() + self.cfg.policy.interval;
-            self.evaluate(core, st, now).await?;
-        }
-        Ok(())
-    }
-
-    async fn on_report(&self, core: &mut Core, st: &mut RunState, d: &Delivery) -> Result2<()> {
-        let now = Utc::now();
-        let env = match refusals::admit(&self.gate(), d, REPORTS, now) {
-            Ok(a) => a.envelope,
-            Err(r) => {
-                self.refuse(st, Log::Reports, &r);
-                return Ok(());
-            }
-        };
-        let (id, from) = (env.id, env.from);
-        let Message::Report(report) = env.msg else {
-            return Ok(());
-        };
-        if report.node != from {
-            let detail = format!("{from} sent a report for {}", report.node);
-            self.refuse(st, Log::Reports, &after_gate(id, from, "identity", &detail));
-            return Ok(());
-        }
-        match core.on_report(report, now) {
-            Ok(acts) => {
-                self.metrics.report();
-                self.apply(core, st, acts, now).await
-            }
-            Err(e) => {
-                let r = after_gate(id, from, e.label(), &format!("{e:?}"));
-                self.refuse(st, Log::Reports, &r);
-                Ok(())
-            }
-        }
-    }
-
     /// Node events, in order: their changes are journaled in one commit,
     /// then their actions carried out, then each is acknowledged.
     pub(super) async fn on_event_deliveries(
@@ -105,7 +54,7 @@ impl Agent {
         let now = Utc::now();
         let mut acts = vec![];
         for d in &batch {
-            match refusals::admit(&self.gate(), d, EVENTS, now) {
+            match admit_delivery(&self.gate(), d, EVENTS, now) {
                 Ok(a) if a.envelope.kind().is_node_event() => {
                     let env = a.envelope;
                     acts.extend(core.on_event(&env.from, env.corr.as_deref(), &env.msg, now));
@@ -125,7 +74,7 @@ impl Agent {
     /// A ping: answered with a pong on its reply queue.
     pub(super) async fn on_ping(&self, st: &mut RunState, d: Delivery) {
         let now = Utc::now();
-        let ping = match refusals::admit(&self.gate(), &d, PINGS, now) {
+        let ping = match admit_delivery(&self.gate(), &d, PINGS, now) {
             Ok(a) => a.envelope,
             Err(r) => {
                 self.refuse(st, Log::Pings, &r);
@@ -159,7 +108,7 @@ pub(super) enum Log {
 }
 
 impl Log {
-    fn of(self, st: &RunState) -> &RefusalLog {
+    pub(super) fn of(self, st: &RunState) -> &RefusalLog {
         match self {
             Log::Reports => &st.logs.reports,
             Log::Events => &st.logs.events,
@@ -170,7 +119,12 @@ impl Log {
 }
 
 /// A report that passed the gate but not the broker's own checks.
-fn after_gate(id: uuid::Uuid, from: String, reason: &'static str, detail: &str) -> Refusal {
+pub(super) fn after_gate(
+    id: uuid::Uuid,
+    from: String,
+    reason: &'static str,
+    detail: &str,
+) -> Refusal {
     Refusal {
         step: Step::Auth,
         reason,

@@ -20,7 +20,8 @@
 //!
 //! Layout: this file holds the agent and its loop; `build.rs` the builder,
 //! `subs.rs` the subscriptions and the placement service, `deliveries.rs`
-//! reports, events and pings (through the signed-message gate),
+//! events and pings (through the signed-message gate), `reports.rs` and
+//! `intake.rs` reports a batch at a time (coalesced per node),
 //! `admin.rs` operator requests, `apply.rs` journaling and carrying out the
 //! core's actions, `tick.rs` the timers, evaluations, fleet snapshot and
 //! status.
@@ -29,6 +30,9 @@ mod admin;
 mod apply;
 mod build;
 mod deliveries;
+mod intake;
+pub mod replay;
+mod reports;
 mod subs;
 mod tick;
 
@@ -39,7 +43,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use gearshift_bus::SharedBus;
 use gearshift_handlers::Handler;
-use gearshift_proto::{KeyPair, Keyring, ReplayGuard};
+use gearshift_proto::{KeyPair, Keyring};
 use gearshift_service::lock::{DirLock, LockError};
 use gearshift_service::refusals::RefusalLog;
 use thiserror::Error;
@@ -47,8 +51,8 @@ use tokio::sync::{broadcast, mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-pub use self::build::AgentBuilder;
 use self::build::FleetSnapshot;
+pub use self::build::{AgentBuilder, KeySource};
 use self::subs::{Subs, next};
 use crate::config::BrokerConfig;
 use crate::core::{Action, CallResult, CallTag, Core};
@@ -80,6 +84,9 @@ pub enum AgentError {
     /// The placement engine could not be built.
     #[error("placement: {0}")]
     Placement(String),
+    /// The trusted keys could not be read.
+    #[error("keys: {0}")]
+    Keys(String),
     /// No signing key was given.
     #[error("no signing key: the broker agent signs its commands")]
     NoSigner,
@@ -100,7 +107,10 @@ pub struct Agent {
     bus: SharedBus,
     signer: Arc<KeyPair>,
     keyring: Arc<Keyring>,
+    key_source: Option<KeySource>,
     handlers: Arc<BTreeMap<String, Arc<dyn Handler>>>,
+    /// The `[paas]` adapter (built at start; a reload keeps it).
+    paas: Arc<dyn crate::paas::PaasAdapter>,
     planner: Arc<dyn EvacuationPlanner>,
     engine: gearshift_placement::Engine,
     journal: Journal,
@@ -135,8 +145,8 @@ struct RunState {
     refused: BTreeMap<String, u64>,
     logs: RefusalLogs,
     in_flight_calls: usize,
-    /// Operator requests already acted upon.
-    replay: ReplayGuard,
+    /// Operator requests already acted upon (persisted in the state dir).
+    replay: replay::PersistedReplay,
     results_tx: mpsc::UnboundedSender<CallDone>,
     last_status: Option<DateTime<Utc>>,
     /// A change not yet in the published status (it was published recently).
@@ -153,6 +163,8 @@ struct RunState {
     next_eval: tokio::time::Instant,
     /// The durable history, unless `[history]` disables it.
     history: Option<crate::history::Sink>,
+    /// Which explanations are published (changed, or the keep-alive).
+    explained: crate::explain::ExplainGate,
 }
 
 impl RunState {
@@ -184,6 +196,7 @@ impl RunState {
         results_tx: mpsc::UnboundedSender<CallDone>,
         next_eval: tokio::time::Instant,
         history: Option<crate::history::Sink>,
+        replay: replay::PersistedReplay,
     ) -> Self {
         RunState {
             refused: BTreeMap::new(),
@@ -194,7 +207,7 @@ impl RunState {
                 pings: RefusalLog::new("ping"),
             },
             in_flight_calls: 0,
-            replay: ReplayGuard::new(chrono::Duration::minutes(10), 100_000),
+            replay,
             results_tx,
             last_status: None,
             status_dirty: false,
@@ -204,6 +217,7 @@ impl RunState {
             pressure: None,
             next_eval,
             history,
+            explained: crate::explain::ExplainGate::default(),
         }
     }
 }
@@ -248,7 +262,12 @@ impl Agent {
         core.restore(self.journal.load()?);
         let (results_tx, mut results_rx) = mpsc::unbounded_channel::<CallDone>();
         let history = crate::history::Sink::open(&self.state_dir, &self.cfg.history);
-        let mut st = RunState::new(results_tx, tokio::time::Instant::now(), history);
+        // Requests are refused as stale outside the time window either way:
+        // ids need remembering for twice its length at most.
+        let window =
+            chrono::Duration::minutes(10).max(crate::core::dur(self.cfg.keys.time_window) * 2);
+        let replay = replay::PersistedReplay::open(&self.state_dir, window, now);
+        let mut st = RunState::new(results_tx, tokio::time::Instant::now(), history, replay);
         let mut subs = Subs::default();
         self.metrics
             .watch_bus(&self.bus, token.clone(), &self.tracker);
@@ -306,7 +325,10 @@ impl Agent {
                     }
                 }
                 d = next(&mut subs.reports) => match d {
-                    Some(d) => self.on_report_delivery(core, st, d).await?,
+                    Some(d) => {
+                        let batch = subs.report_batch(d);
+                        self.on_report_batch(core, st, batch).await?
+                    }
                     None => subs.reports = None,
                 },
                 d = next(&mut subs.pings) => match d {
@@ -317,11 +339,27 @@ impl Agent {
                     if let Some(r) = reloads.as_ref() {
                         let new = r.borrow().clone();
                         tracing::info!("configuration reloaded");
+                        self.reload_keys(&new);
                         self.cfg = new.clone();
                         core.set_config(new);
                     }
                 }
             }
+        }
+    }
+
+    /// Reads the trusted keys again (when they come from the
+    /// configuration); a key directory that cannot be read keeps the keys
+    /// in use.
+    fn reload_keys(&mut self, cfg: &BrokerConfig) {
+        let Some(f) = &self.key_source else { return };
+        match f(cfg) {
+            Ok(ring) => {
+                let (before, after) = (self.keyring.len(), ring.len());
+                self.keyring = Arc::new(ring);
+                tracing::info!(before, after, "trusted keys reloaded");
+            }
+            Err(e) => tracing::error!(error = %e, "keys not reloaded: keeping the keys in use"),
         }
     }
 

@@ -12,7 +12,8 @@ use super::Agent;
 
 /// Most node events handled in one journal commit.
 const EVENT_BATCH: usize = 256;
-/// Reports in flight from the bounded report queue (see `report_backlog`).
+/// Reports in flight from the bounded report queue (see `report_backlog`),
+/// and the most taken in one batch.
 const REPORT_PREFETCH: u16 = 1024;
 
 /// What the agent consumes; `None` until subscribed (or after the bus ended one).
@@ -36,17 +37,27 @@ impl Subs {
     /// `first` and the events already received: they share one journal
     /// commit (each is acked after it).
     pub fn event_batch(&mut self, first: Delivery) -> Vec<Delivery> {
-        let mut batch = vec![first];
-        if let Some(s) = self.events.as_mut() {
-            while batch.len() < EVENT_BATCH {
-                match futures::FutureExt::now_or_never(s.next()) {
-                    Some(Some(d)) => batch.push(d),
-                    _ => break,
-                }
+        batch_of(first, self.events.as_mut(), EVENT_BATCH)
+    }
+
+    /// `first` and the reports already received (coalesced per node).
+    pub fn report_batch(&mut self, first: Delivery) -> Vec<Delivery> {
+        batch_of(first, self.reports.as_mut(), usize::from(REPORT_PREFETCH))
+    }
+}
+
+/// `first` and what `s` already received, `most` in all.
+fn batch_of(first: Delivery, s: Option<&mut Subscription>, most: usize) -> Vec<Delivery> {
+    let mut batch = vec![first];
+    if let Some(s) = s {
+        while batch.len() < most {
+            match futures::FutureExt::now_or_never(s.next()) {
+                Some(Some(d)) => batch.push(d),
+                _ => break,
             }
         }
-        batch
     }
+    batch
 }
 
 /// The next delivery of `s`, or never when it is not subscribed.

@@ -48,6 +48,17 @@ impl Agent {
         let acts = core.evaluate(now);
         self.metrics.evaluation();
         self.metrics.capacity(core, &acts, now);
+        let evaluated: std::collections::HashSet<GroupKey> = acts
+            .iter()
+            .filter_map(|a| match a {
+                crate::core::Action::Explain(x) => Some(GroupKey {
+                    district: x.district.clone(),
+                    profile: x.profile.clone(),
+                }),
+                _ => None,
+            })
+            .collect();
+        st.explained.retain(|g| evaluated.contains(g));
         let r = self.apply(core, st, acts, now).await;
         st.pressure = None;
         r

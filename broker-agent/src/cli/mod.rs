@@ -70,18 +70,8 @@ impl OperatorKeys {
     }
 }
 
-/// Sends one operator request and returns the authenticated reply.
-pub async fn admin(
-    bus: &SharedBus,
-    keys: &OperatorKeys,
-    from: &str,
-    req: AdminRequest,
-    timeout: Duration,
-) -> Result<AdminReply, CliError> {
-    admin_on(bus, keys, from, routing::ADMIN, req, timeout).await
-}
-
-/// [`admin`] with another routing key (`agent.admin_key`).
+/// Sends one operator request on `key` (the broker agent's `agent.admin_key`;
+/// `admin` by default) and returns the authenticated reply.
 pub async fn admin_on(
     bus: &SharedBus,
     keys: &OperatorKeys,
@@ -109,14 +99,15 @@ pub async fn admin_on(
     }
 }
 
-/// `status`: the broker agent's status report.
+/// `status`: the status report of the broker agent listening on `admin_key`.
 pub async fn status(
     bus: &SharedBus,
     keys: &OperatorKeys,
     from: &str,
+    admin_key: &str,
     timeout: Duration,
 ) -> Result<Status, CliError> {
-    let r = admin(bus, keys, from, AdminRequest::Status, timeout).await?;
+    let r = admin_on(bus, keys, from, admin_key, AdminRequest::Status, timeout).await?;
     if !r.ok {
         return Err(CliError::Refused(r.message));
     }

@@ -30,11 +30,15 @@ impl BusPart for BrokerBus {
 /// operator keys, and single keys with their role.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct BrokerKeys {
-    /// Every `*.pub` here is trusted as a node key. Default `/etc/gearshift/nodes.d`.
+    /// Every `<host>.pub` here is trusted as the node key of `<host>`, and
+    /// speaks only for it: signed as another node, a report or event is
+    /// refused (`identity`). Read at start and on every reload (SIGHUP), so
+    /// that removing a file revokes that node. Default `/etc/gearshift/nodes.d`.
     pub node_keys_dir: PathBuf,
     /// Every `*.pub` here is trusted as an operator key. Default `/etc/gearshift/operators.d`.
     pub operator_keys_dir: PathBuf,
-    /// Further trusted keys with their role. Default none.
+    /// Further trusted keys with their role. Default none. A `node` key here
+    /// is a fleet-wide key: it may speak for any node (prefer `nodes.d`).
     pub trust: Vec<TrustEntry>,
 }
 
@@ -96,11 +100,15 @@ impl BrokerKeys {
         ring: &mut gearshift_proto::Keyring,
     ) -> Result<(usize, usize), gearshift_service::keys::KeyFileError> {
         use gearshift_proto::msg::Role;
-        use gearshift_service::keys::{trust, trust_dir};
-        let nodes = trust_dir(ring, &self.node_keys_dir, Role::Node)?;
+        use gearshift_service::keys::{trust, trust_dir, trust_dir_bound};
+        let nodes = trust_dir_bound(ring, &self.node_keys_dir, Role::Node)?;
         let operators = trust_dir(ring, &self.operator_keys_dir, Role::Operator)?;
         for t in &self.trust {
             trust(ring, &t.path, t.role)?;
+            if t.role == Role::Node {
+                tracing::warn!(path = %t.path.display(),
+                    "a fleet-wide node key: it may speak for any node (nodes.d/<host>.pub binds a key to one node)");
+            }
         }
         Ok((nodes, operators))
     }

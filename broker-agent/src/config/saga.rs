@@ -45,6 +45,11 @@ pub struct SagaConfig {
     pub create_attempts: u32,
     /// Finished operations kept for `status`. Default `200`.
     pub history: usize,
+    /// With `[paas] kind = "openshift"`: how long after a retryable failure
+    /// (a timeout, an unreachable node) a district command or a gear move
+    /// runs again; `command_attempts` bounds the runs. Default `10s`.
+    #[serde(with = "duration")]
+    pub paas_retry: Duration,
 }
 
 impl Default for SagaConfig {
@@ -62,6 +67,7 @@ impl Default for SagaConfig {
             handler_timeout: Duration::from_secs(120),
             create_attempts: 3,
             history: 200,
+            paas_retry: Duration::from_secs(10),
         }
     }
 }
@@ -81,6 +87,7 @@ impl SagaConfig {
         at_least("saga.remove_timeout", s.remove_timeout, MIN_PERIOD)?;
         at_least("saga.presence_poll", s.presence_poll, MIN_PERIOD)?;
         at_least("saga.handler_timeout", s.handler_timeout, MIN_PERIOD)?;
+        at_least("saga.paas_retry", s.paas_retry, MIN_PERIOD)?;
         if s.command_attempts == 0 || s.evacuation_attempts == 0 || s.create_attempts == 0 {
             return Err(Invalid::new(
                 "saga.command_attempts",

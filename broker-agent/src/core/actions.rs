@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use crate::ops::{GroupState, Op, OpId};
+use crate::paas::Outcome;
 
 /// Converts a std duration to chrono (saturating at ten years).
 pub fn dur(d: std::time::Duration) -> Duration {
@@ -44,6 +45,16 @@ pub enum Action {
         /// The call.
         call: HandlerCall,
     },
+    /// Run a PaaS command (`[paas]`: `oo-admin-ctl-district`,
+    /// `oo-admin-move`); the outcome comes back through
+    /// [`Core::on_handler_result`](crate::core::Core::on_handler_result)
+    /// tagged [`CallTag::Paas`].
+    Paas {
+        /// The operation that asked.
+        op: OpId,
+        /// The command.
+        call: PaasCall,
+    },
     /// Publish a decision on `decision.<kind>.<district>.<profile>`.
     Decide(Decision),
     /// Publish an explanation on `explain.<district>.<profile>`.
@@ -62,6 +73,56 @@ pub enum CallTag {
     },
     /// A group's exhaustion check.
     Group(GroupKey),
+    /// An operation's PaaS command. Several may be in flight (gear moves):
+    /// the machine matches the answer to its state by the call it echoes.
+    Paas(OpId),
+}
+
+/// One PaaS command, as a saga asks for it. `district` is the district's
+/// UUID as nodes report it; `host`, `target` server identities.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "call", rename_all = "snake_case")]
+pub enum PaasCall {
+    /// `oo-admin-ctl-district -c deactivate-node`.
+    Deactivate {
+        /// District UUID.
+        district: String,
+        /// The node.
+        host: String,
+    },
+    /// `oo-admin-ctl-district -c activate-node`.
+    Activate {
+        /// District UUID.
+        district: String,
+        /// The node.
+        host: String,
+    },
+    /// `oo-admin-ctl-district -c remove-node`.
+    RemoveNode {
+        /// District UUID.
+        district: String,
+        /// The node.
+        host: String,
+    },
+    /// `oo-admin-move --gear_uuid {gear} -i {target}`.
+    Move {
+        /// Gear UUID.
+        gear: String,
+        /// Target node.
+        target: String,
+    },
+}
+
+impl PaasCall {
+    /// Short name for logs and metrics.
+    pub fn name(&self) -> &'static str {
+        match self {
+            PaasCall::Deactivate { .. } => "deactivate_node",
+            PaasCall::Activate { .. } => "activate_node",
+            PaasCall::RemoveNode { .. } => "remove_node",
+            PaasCall::Move { .. } => "move_gear",
+        }
+    }
 }
 
 /// A handler call.
@@ -131,6 +192,14 @@ pub enum CallResult {
     Presence(Result<Presence, HandlerError>),
     /// Of `capacity`.
     Capacity(Result<Capacity, HandlerError>),
+    /// Of a PaaS command: the call, echoed, and what OpenShift answered (a
+    /// command that could not run is a [`Outcome::Failed`]).
+    Paas {
+        /// The call.
+        call: PaasCall,
+        /// The answer.
+        outcome: Outcome,
+    },
 }
 
 impl CallResult {
@@ -142,6 +211,7 @@ impl CallResult {
             CallResult::Lookup(r) => r.as_ref().err(),
             CallResult::Presence(r) => r.as_ref().err(),
             CallResult::Capacity(r) => r.as_ref().err(),
+            CallResult::Paas { outcome, .. } => return outcome.label(),
         };
         e.map_or("ok", HandlerError::label)
     }
@@ -163,6 +233,8 @@ pub enum Effect {
     },
     /// Call the operation's (or group's) handler.
     Call(HandlerCall),
+    /// Run a PaaS command for the operation.
+    Paas(PaasCall),
     /// Publish a decision about the operation's (or tracker's) group.
     Decide(Note),
 }

@@ -254,6 +254,10 @@ impl Core {
                     Some(a) => a,
                     None => continue,
                 },
+                Effect::Paas(call) => Action::Paas {
+                    op: id.clone(),
+                    call,
+                },
                 Effect::Decide(note) => self.op_decision(id, note, now),
             });
         }

@@ -2,9 +2,11 @@
 //! verdicts (breaker, drain cancels, scale-ups, drains, memory,
 //! explanations).
 
+use std::collections::BTreeMap;
+
 use chrono::{DateTime, Utc};
 use gearshift_handlers::GroupKey;
-use gearshift_proto::msg::{Decision, DecisionKind};
+use gearshift_proto::msg::{Decision, DecisionKind, Explanation};
 use gearshift_proto::routing::ALL;
 
 use super::Core;
@@ -25,8 +27,28 @@ impl Core {
         };
         let verdicts = policy::evaluate(&self.facts(), &self.cfg, &memory, now);
         let mut out: Vec<Action> = self.apply_breaker(verdicts.breaker).into_iter().collect();
+        let mut explanations = Vec::with_capacity(verdicts.groups.len());
         for v in verdicts.groups {
-            out.extend(self.apply_group(v, now));
+            let (acts, x) = self.apply_group(v, now);
+            out.extend(acts);
+            explanations.push(x);
+        }
+        // Each explanation with the operations now in flight in its group
+        // (one pass over the operations, not one per group).
+        let mut in_flight: BTreeMap<&GroupKey, Vec<String>> = BTreeMap::new();
+        for o in self.ops.in_flight() {
+            in_flight
+                .entry(&o.group)
+                .or_default()
+                .push(o.id.to_string());
+        }
+        for mut x in explanations {
+            let key = GroupKey {
+                district: x.district.clone(),
+                profile: x.profile.clone(),
+            };
+            x.ops_in_flight = in_flight.get(&key).cloned().unwrap_or_default();
+            out.push(Action::Explain(x));
         }
         out
     }
@@ -67,8 +89,9 @@ impl Core {
     }
 
     /// Cancels drains, then starts scale-ups, or starts a drain; updates the
-    /// group's memory; explains, with the operations now in flight.
-    fn apply_group(&mut self, v: GroupVerdict, now: DateTime<Utc>) -> Vec<Action> {
+    /// group's memory; returns the actions and the explanation (without the
+    /// operations in flight, known once every group's verdict is applied).
+    fn apply_group(&mut self, v: GroupVerdict, now: DateTime<Utc>) -> (Vec<Action>, Explanation) {
         let key: GroupKey = v.key;
         let mut out = vec![];
         for op in &v.cancels {
@@ -89,14 +112,6 @@ impl Core {
         if underused != v.underused_since {
             self.group_mut(&key).memory.underused_since = v.underused_since;
         }
-        let mut x = v.explanation;
-        x.ops_in_flight = self
-            .ops
-            .in_flight()
-            .filter(|o| o.group == key)
-            .map(|o| o.id.to_string())
-            .collect();
-        out.push(Action::Explain(x));
-        out
+        (out, v.explanation)
     }
 }

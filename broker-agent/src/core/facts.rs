@@ -108,7 +108,9 @@ impl<'a> Facts<'a> {
                     }
                 }
                 // Not planned yet: the node's gears go somewhere in the group.
-                DownStep::Deactivating | DownStep::Inventorying => {
+                DownStep::DistrictDeactivating
+                | DownStep::Deactivating
+                | DownStep::Inventorying => {
                     p.unplanned += self.fleet.get(&d.node).map_or(0, NodeEntry::total_gears);
                 }
                 _ => {}

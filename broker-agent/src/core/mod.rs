@@ -59,7 +59,7 @@ use gearshift_proto::msg::{GroupStats, NodeProperties};
 use uuid::Uuid;
 
 pub use self::actions::{
-    Action, CallResult, CallTag, Changes, Effect, HandlerCall, Meta, Out, Restored, dur,
+    Action, CallResult, CallTag, Changes, Effect, HandlerCall, Meta, Out, PaasCall, Restored, dur,
 };
 pub use self::facts::Facts;
 use self::operator::Marks;

@@ -96,6 +96,16 @@ impl Core {
                 CallResult::Capacity(r) => self.drive_supply(&g, SupplyInput::Capacity(r), now),
                 _ => vec![],
             },
+            // Several may be in flight: the machine matches the answer by its call.
+            CallTag::Paas(op) => match self.ops.get(&op) {
+                Some(o) if !o.is_done() && matches!(o.body, OpBody::ScaleDown(_)) => {
+                    self.drive_down(&op, DownInput::Result(result), now)
+                }
+                _ => {
+                    tracing::debug!(%op, "PaaS answer for no running scale-down: ignored");
+                    vec![]
+                }
+            },
             CallTag::Op { op, seq } => {
                 let Some(o) = self.ops.get(&op) else {
                     return vec![];

@@ -224,6 +224,27 @@ impl Fleet {
         }
     }
 
+    /// Whether `r` tells the model something besides the node being alive:
+    /// a new node, a node that was missing at `now`, or figures, group,
+    /// activity, opt-out, operation or interval that differ from its last
+    /// accepted report.
+    pub fn is_news(&self, r: &NodeReport, now: DateTime<Utc>, stale_intervals: u32) -> bool {
+        let Some(e) = self.nodes.get(&r.node) else {
+            return true;
+        };
+        let o = &e.report;
+        o.gears != r.gears
+            || o.max_active_gears != r.max_active_gears
+            || o.active != r.active
+            || o.profile != r.profile
+            || o.district != r.district
+            || o.do_not_disrupt != r.do_not_disrupt
+            || o.operation != r.operation
+            || o.booted_for != r.booted_for
+            || o.interval_secs != r.interval_secs
+            || !e.is_fresh(now, stale_intervals)
+    }
+
     /// Inserts an entry as is (restoring state, tests).
     pub fn insert(&mut self, entry: NodeEntry) {
         if let Some(old) = self.nodes.remove(&entry.report.node) {
@@ -282,6 +303,11 @@ impl Fleet {
             .get(g)
             .into_iter()
             .flat_map(move |names| names.iter().filter_map(move |n| self.nodes.get(n)))
+    }
+
+    /// Number of nodes of one group (fresh or not).
+    pub fn group_len(&self, g: &GroupKey) -> usize {
+        self.by_group.get(g).map_or(0, BTreeSet::len)
     }
 
     /// Every group with at least one node, sorted.

@@ -19,6 +19,8 @@ pub(super) struct GroupSums {
     until: Option<DateTime<Utc>>,
     intervals: u32,
     acc: Acc,
+    /// The largest `max_active_gears` of the group's nodes, fresh or not.
+    max_active: Option<u32>,
 }
 
 impl GroupSums {
@@ -144,9 +146,15 @@ impl Fleet {
         {
             let mut sums = lock(&self.sums);
             let keep = match sums.get_mut(&g) {
-                Some(s) if s.holds(now, s.intervals) => {
+                // A largest `max_active_gears` that shrinks is found again by a scan.
+                Some(s)
+                    if s.holds(now, s.intervals)
+                        && (new.report.max_active_gears >= old.report.max_active_gears
+                            || s.max_active != Some(old.report.max_active_gears)) =>
+                {
                     // `old` counts the same at every instant the sums hold;
                     // `new` is fresh from before `at` until its stale instant.
+                    s.max_active = s.max_active.max(Some(new.report.max_active_gears));
                     s.acc.sub(old, now, s.intervals);
                     s.acc.add(new, now, s.intervals);
                     let stale_at = new.received + new.stale_after(s.intervals);
@@ -239,14 +247,37 @@ impl Fleet {
 
     /// A group's sums over all its nodes at `now`, remembered while they hold.
     fn group_sums(&self, g: &GroupKey, now: DateTime<Utc>, stale_intervals: u32) -> Acc {
+        self.remembered(g, now, stale_intervals).0
+    }
+
+    /// The largest `max_active_gears` of a group's nodes (fresh or not), if
+    /// it has any; remembered with the group's sums.
+    pub fn group_max_active(
+        &self,
+        g: &GroupKey,
+        now: DateTime<Utc>,
+        stale_intervals: u32,
+    ) -> Option<u32> {
+        self.remembered(g, now, stale_intervals).1
+    }
+
+    /// A group's sums and largest `max_active_gears`, remembered while they hold.
+    fn remembered(
+        &self,
+        g: &GroupKey,
+        now: DateTime<Utc>,
+        stale_intervals: u32,
+    ) -> (Acc, Option<u32>) {
         if let Some(s) = lock(&self.sums).get(g)
             && s.holds(now, stale_intervals)
         {
-            return s.acc.clone();
+            return (s.acc.clone(), s.max_active);
         }
         let mut acc = Acc::default();
         let mut until: Option<DateTime<Utc>> = None;
+        let mut max_active = None;
         for e in self.in_group(g) {
+            max_active = max_active.max(Some(e.report.max_active_gears));
             if e.is_fresh(now, stale_intervals) {
                 let stale_at = e.received + e.stale_after(stale_intervals);
                 until = Some(until.map_or(stale_at, |u| u.min(stale_at)));
@@ -260,9 +291,10 @@ impl Fleet {
                 until,
                 intervals: stale_intervals,
                 acc: acc.clone(),
+                max_active,
             },
         );
-        acc
+        (acc, max_active)
     }
 
     /// The `oo-stats` figures of one group without the nodes in `excluded`

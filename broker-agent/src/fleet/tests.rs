@@ -182,7 +182,8 @@ proptest::proptest! {
                     now += dt;
                     seq += 1;
                     let district = ["d1", "d2", "d3"].get(d).copied();
-                    let mut r = report(&name, district, ["small", "large"][p], 100, gears, gears % 7);
+                    let max = 100 + gears % 3 * 10;
+                    let mut r = report(&name, district, ["small", "large"][p], max, gears, gears % 7);
                     r.seq = seq;
                     r.active = gears % 5 != 0;
                     f.accept(r, t(now)).unwrap();
@@ -190,6 +191,11 @@ proptest::proptest! {
             }
             // Asked at the step's instant: the clock goes forward
             // between steps except for a backward step.
+            for g in f.groups() {
+                let scan = f.in_group(&g).map(|e| e.report.max_active_gears).max();
+                proptest::prop_assert_eq!(f.group_max_active(&g, t(now), 3), scan);
+                proptest::prop_assert_eq!(f.group_len(&g), f.in_group(&g).count());
+            }
             for p in f.profiles() {
                 for ex in [&BTreeSet::new(), &excl] {
                     let full = f.profile_stats(&p, t(now), 3, &|n| ex.contains(n));
@@ -284,4 +290,23 @@ fn remembered_sums_match_a_full_scan() {
         fresh.forget("nobody");
         fresh.district_uids("d3")
     });
+}
+
+#[test]
+fn news_is_a_change_or_a_return_not_a_keepalive() {
+    let mut f = Fleet::new();
+    let mut r = report("n1", Some("d1"), "small", 100, 10, 2);
+    r.interval_secs = 10;
+    assert!(f.is_news(&r, t(0), 3), "a new node");
+    f.accept(r.clone(), t(0)).unwrap();
+    let mut next = r.clone();
+    next.seq = 2;
+    next.mem_free_mb = 123;
+    assert!(!f.is_news(&next, t(10), 3), "same figures: a keep-alive");
+    assert!(f.is_news(&next, t(31), 3), "a missing node that returns");
+    next.gears.started = 11;
+    assert!(f.is_news(&next, t(10), 3), "figures");
+    let mut other = r.clone();
+    other.active = false;
+    assert!(f.is_news(&other, t(10), 3), "activity");
 }

@@ -116,7 +116,15 @@ impl Event {
 
 /// The meaning of an explanation: its outcome and each rule's verdict
 /// (details carry durations and figures that change every evaluation).
-type Meaning = (Outcome, Vec<(String, bool)>);
+pub(crate) type Meaning = (Outcome, Vec<(String, bool)>);
+
+/// The meaning of `x` (see [`Meaning`]).
+pub(crate) fn meaning(x: &Explanation) -> Meaning {
+    (
+        x.outcome,
+        x.reasons.iter().map(|r| (r.rule.clone(), r.ok)).collect(),
+    )
+}
 
 /// Lets through the explanations whose meaning changed since the group's
 /// last one that was let through.
@@ -128,10 +136,7 @@ pub struct ExplanationFilter {
 impl ExplanationFilter {
     /// Whether `x` says something new about its group (and remembers it).
     pub fn changed(&mut self, x: &Explanation) -> bool {
-        let meaning: Meaning = (
-            x.outcome,
-            x.reasons.iter().map(|r| (r.rule.clone(), r.ok)).collect(),
-        );
+        let meaning = meaning(x);
         let key = (x.district.clone(), x.profile.clone());
         if self.last.get(&key) == Some(&meaning) {
             return false;

@@ -39,6 +39,7 @@ pub struct Metrics {
     /// The registry (`/metrics`).
     pub registry: Arc<Mutex<Registry>>,
     reports: Counter,
+    superseded: Counter,
     decisions: Family<Labels, Counter>,
     refused: Family<Labels, Counter>,
     sagas: Family<Labels, Gauge>,
@@ -88,6 +89,7 @@ impl Metrics {
         let m = Metrics {
             registry: Arc::new(Mutex::new(Registry::default())),
             reports: Counter::default(),
+            superseded: Counter::default(),
             decisions: Family::default(),
             refused: Family::default(),
             sagas: Family::default(),
@@ -107,6 +109,11 @@ impl Metrics {
         };
         m.capacity.register(&mut r);
         r.register("reports", "Node reports accepted", m.reports.clone());
+        r.register(
+            "reports_superseded",
+            "Node reports dropped unverified because a newer one of the same node came in the same batch",
+            m.superseded.clone(),
+        );
         r.register(
             "decisions",
             "Decisions published, by kind",
@@ -159,6 +166,11 @@ impl Metrics {
     /// A report was accepted.
     pub fn report(&self) {
         self.reports.inc();
+    }
+
+    /// Reports superseded in a batch.
+    pub fn superseded(&self, n: u64) {
+        self.superseded.inc_by(n);
     }
 
     /// A decision was published.

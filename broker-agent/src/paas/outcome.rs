@@ -56,6 +56,29 @@ impl Outcome {
         }
     }
 
+    /// A command that never reached OpenShift (a refused value, a tool
+    /// that cannot start), as the failure the sagas decide on.
+    pub fn from_error(e: &super::PaasError) -> Outcome {
+        use super::PaasError;
+        let failure = match e {
+            PaasError::BadValue { .. } => Failure::Usage,
+            PaasError::Spawn { source, .. }
+                if matches!(
+                    source.kind(),
+                    std::io::ErrorKind::NotFound | std::io::ErrorKind::PermissionDenied
+                ) =>
+            {
+                Failure::NotExecutable
+            }
+            PaasError::Spawn { .. } | PaasError::Wait { .. } => Failure::Unrecognized,
+        };
+        Outcome::Failed {
+            failure,
+            retryable: e.is_retryable(),
+            detail: e.to_string(),
+        }
+    }
+
     /// A refusal.
     pub fn refused(cause: Cause, detail: impl Into<String>) -> Outcome {
         Outcome::Refused {

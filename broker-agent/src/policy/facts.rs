@@ -6,6 +6,15 @@ use gearshift_proto::msg::{GroupStats, Reason};
 use super::{Eval, ago, reason};
 use crate::config::GroupSettings;
 use crate::fleet::{NodeEntry, usage};
+
+/// Whether `e` belongs to group `g` (without building its key).
+fn in_group(e: &NodeEntry, g: &GroupKey) -> bool {
+    e.report.profile == g.profile
+        && e.report
+            .district_uuid()
+            .unwrap_or(gearshift_proto::routing::NO_DISTRICT)
+            == g.district
+}
 use crate::ops::{DownStep, OpBody, OpId};
 
 /// A group's figures and operations at the evaluation's instant.
@@ -44,15 +53,18 @@ impl Eval<'_> {
         let stats = self
             .facts
             .group_stats_without(key, self.now, &self.removing);
-        let nodes = fleet
-            .in_group(key)
-            .filter(|e| !self.removing.contains(&e.report.node))
-            .count() as u32;
+        // Nodes of the group (its index) less those being removed (few).
+        let removing_here = self
+            .removing
+            .iter()
+            .filter(|n| fleet.get(n).is_some_and(|e| in_group(e, key)))
+            .count();
+        let nodes = (fleet.group_len(key) - removing_here) as u32;
         let mut booting = 0;
         let mut draining = 0;
         let mut cancellable = vec![];
         let mut returning = 0u32;
-        for op in self.facts.ops.in_flight().filter(|o| &o.group == key) {
+        for op in self.ops_by_group.get(key).into_iter().flatten() {
             match &op.body {
                 OpBody::ScaleUp(_) => booting += 1,
                 OpBody::ScaleDown(d) => {
@@ -68,10 +80,10 @@ impl Eval<'_> {
                 }
             }
         }
+        // Remembered with the group's sums; an empty group takes its
+        // profile's (a scan, rare: configured groups without nodes).
         let per_node_max = fleet
-            .in_group(key)
-            .map(|e| e.report.max_active_gears)
-            .max()
+            .group_max_active(key, self.now, self.facts.stale_intervals)
             .or_else(|| {
                 fleet
                     .nodes()

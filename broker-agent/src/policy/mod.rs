@@ -163,12 +163,17 @@ pub fn evaluate(
             format!("agent up {}, grace {}", ago(up), human(grace)),
         )
     }];
+    let mut ops_by_group: BTreeMap<GroupKey, Vec<&crate::ops::Op>> = BTreeMap::new();
+    for op in facts.ops.in_flight() {
+        ops_by_group.entry(op.group.clone()).or_default().push(op);
+    }
     let ev = Eval {
         facts,
         cfg,
         memory,
         now,
         removing,
+        ops_by_group,
         common,
     };
     let mut keys: BTreeSet<GroupKey> = facts.fleet.groups().into_iter().collect();
@@ -240,6 +245,8 @@ struct Eval<'a> {
     now: DateTime<Utc>,
     /// Nodes being removed (computed once).
     removing: BTreeSet<String>,
+    /// The operations in flight, by group (computed once).
+    ops_by_group: BTreeMap<GroupKey, Vec<&'a crate::ops::Op>>,
     /// The breaker and the start-up grace: part of every explanation.
     common: Vec<Reason>,
 }

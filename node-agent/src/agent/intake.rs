@@ -12,7 +12,7 @@ use std::future::Future;
 use gearshift_bus::{BusError, BusEvent, ConsumeOptions, Delivery, QueueSpec, Subscription};
 use gearshift_proto::msg::Kind;
 use gearshift_proto::{Envelope, Expect, Gate, Refusal, TimePolicy, routing};
-use gearshift_service::refusals::{self, RefusalLog};
+use gearshift_service::refusals::{RefusalLog, admit_delivery};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -59,10 +59,11 @@ pub(crate) fn count_refusal(sh: &Shared, r: &Refusal, broadcast: bool) {
     }
 }
 
+/// Runs the gate on a delivery (one dropped for its size is `too_large`).
 fn admit(sh: &Shared, d: &Delivery, expect: Expect) -> Result<Envelope, Refusal> {
     let s = sh.settings();
     let policy = TimePolicy { window: s.window() };
-    refusals::admit(&Gate::new(&s.keyring, policy), d, expect, Utc::now()).map(|a| a.envelope)
+    admit_delivery(&Gate::new(&s.keyring, policy), d, expect, Utc::now()).map(|a| a.envelope)
 }
 
 /// Consumes the node's durable command queue until `stop`; re-subscribes
@@ -77,7 +78,12 @@ pub(crate) async fn command_loop(
         prefetch: sh.limits.prefetch,
     };
     let subscribe = || sh.bus.consume(&spec, opts);
-    forward(&sh, &tx, &stop, "commands", subscribe, |d| {
+    let ready = || {
+        if !sh.commands_ready.swap(true, Ordering::SeqCst) {
+            sh.report_now.notify_one();
+        }
+    };
+    forward(&sh, &tx, &stop, "commands", subscribe, ready, |d| {
         let admitted = admit(&sh, &d, COMMANDS);
         ToCore::Command(d, admitted)
     })
@@ -87,26 +93,36 @@ pub(crate) async fn command_loop(
 /// Takes broadcast pings until `stop`.
 pub(crate) async fn ping_loop(sh: Arc<Shared>, tx: mpsc::Sender<ToCore>, stop: CancellationToken) {
     let subscribe = || sh.bus.subscribe(routing::PING);
-    forward(&sh, &tx, &stop, "pings", subscribe, |d| {
-        let admitted = admit(&sh, &d, PINGS);
-        let reply = Reply {
-            queue: d.reply_to.clone(),
-            correlation_id: d.correlation_id.clone(),
-        };
-        ToCore::Ping(reply, admitted)
-    })
+    forward(
+        &sh,
+        &tx,
+        &stop,
+        "pings",
+        subscribe,
+        || {},
+        |d| {
+            let admitted = admit(&sh, &d, PINGS);
+            let reply = Reply {
+                queue: d.reply_to.clone(),
+                correlation_id: d.correlation_id.clone(),
+            };
+            ToCore::Ping(reply, admitted)
+        },
+    )
     .await
 }
 
-/// Subscribes with `subscribe` and hands every delivery, as `to_core`
-/// makes it, to the core task until `stop`; subscribes again with backoff
-/// whenever the subscription fails or ends.
+/// Subscribes with `subscribe` (calling `subscribed` after each success)
+/// and hands every delivery, as `to_core` makes it, to the core task until
+/// `stop`; subscribes again with backoff whenever the subscription fails or
+/// ends.
 async fn forward<S>(
     sh: &Shared,
     tx: &mpsc::Sender<ToCore>,
     stop: &CancellationToken,
     what: &str,
     subscribe: impl Fn() -> S,
+    subscribed: impl Fn(),
     to_core: impl Fn(Delivery) -> ToCore,
 ) where
     S: Future<Output = Result<Subscription, BusError>>,
@@ -121,6 +137,7 @@ async fn forward<S>(
             Ok(mut sub) => {
                 attempt = 0;
                 sh.bus_connected.store(true, Ordering::SeqCst);
+                subscribed();
                 tracing::info!(what, "subscribed");
                 loop {
                     let d = tokio::select! {

@@ -238,6 +238,7 @@ impl Agent {
             reports: watch::channel(None).0,
             report_now: Notify::new(),
             bus_connected: AtomicBool::new(false),
+            commands_ready: AtomicBool::new(false),
             heartbeat: AtomicI64::new(Utc::now().timestamp()),
             started_at: Utc::now(),
             boot: Uuid::new_v4(),

@@ -4,7 +4,9 @@
 //! the oldest *droppable* event (a progress event: the next one and the
 //! reports carry the same counts) is dropped first. Reports are not queued:
 //! only the latest one matters, so there is a single slot that a newer
-//! report replaces. One publisher task drains both, retrying forever with
+//! report replaces, and it goes first: liveness never waits behind events
+//! (a backlog of events, whatever made it, must not make the node look
+//! missing). One publisher task drains both, retrying forever with
 //! backoff while the bus is away; local work never waits for the bus,
 //! except where a caller asks to be told that an event was published
 //! (`cmd.remove` acknowledges its command only then).
@@ -119,12 +121,14 @@ impl Outbox {
         self.lock().events.drain(..).map(|p| p.msg).collect()
     }
 
+    /// The next message to publish: the pending report first, then the
+    /// oldest event.
     fn take_next(&self) -> Option<(OutMessage, Option<oneshot::Sender<()>>, bool)> {
         let mut st = self.lock();
-        if let Some(p) = st.events.pop_front() {
-            return Some((p.msg, p.done, true));
+        if let Some((m, d)) = st.report.take() {
+            return Some((m, d, false));
         }
-        st.report.take().map(|(m, d)| (m, d, false))
+        st.events.pop_front().map(|p| (p.msg, p.done, true))
     }
 
     fn put_back(&self, msg: OutMessage, done: Option<oneshot::Sender<()>>, event: bool) {
@@ -227,6 +231,28 @@ mod tests {
         o.event(msg("y"), false);
         let keys: Vec<_> = o.lock().events.iter().map(|p| p.msg.key.clone()).collect();
         assert_eq!(keys, ["done", "x", "y"]);
+    }
+
+    fn next_key(o: &Outbox) -> Option<String> {
+        o.take_next().map(|(m, _, _)| m.key)
+    }
+
+    #[test]
+    fn the_report_goes_before_a_backlog_of_events() {
+        let o = Outbox::new(10_000, Metrics::default());
+        for i in 0..10_000 {
+            o.event(msg(&format!("event.{i}")), false);
+        }
+        drop(o.report(msg("report.1")));
+        assert_eq!(next_key(&o).as_deref(), Some("report.1"));
+        assert_eq!(next_key(&o).as_deref(), Some("event.0"));
+        assert_eq!(next_key(&o).as_deref(), Some("event.1"));
+        // A newer report replaces the pending one and again goes next.
+        drop(o.report(msg("report.2")));
+        drop(o.report(msg("report.3")));
+        assert_eq!(next_key(&o).as_deref(), Some("report.3"));
+        assert_eq!(next_key(&o).as_deref(), Some("event.2"));
+        assert_eq!(o.depth(), 9_997);
     }
 
     #[tokio::test]

@@ -110,6 +110,14 @@ impl Reporter {
                         dirty = false;
                         continue;
                     }
+                    if !self.sh.commands_ready.load(Ordering::SeqCst) {
+                        // Nor before the command queue exists and is
+                        // consumed: a report invites commands (the intake
+                        // asks for a report once it is ready).
+                        next_periodic = Instant::now() + r.interval;
+                        dirty = false;
+                        continue;
+                    }
                     let key = self.key();
                     if self.send_report(false).await {
                         last_key = key;

@@ -100,6 +100,10 @@ pub(crate) struct Shared {
     pub(crate) reports: watch::Sender<Option<NodeReport>>,
     pub(crate) report_now: Notify,
     pub(crate) bus_connected: AtomicBool,
+    /// Set once the command queue was declared and consumed: no report goes
+    /// out before (a command sent right after the first report must find
+    /// the queue).
+    pub(crate) commands_ready: AtomicBool,
     pub(crate) heartbeat: AtomicI64,
     pub(crate) started_at: DateTime<Utc>,
     pub(crate) boot: Uuid,

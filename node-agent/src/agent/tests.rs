@@ -45,6 +45,7 @@ fn evac(w: &SimWorld, parallelism: Option<u32>) -> Evacuate {
             .collect(),
         parallelism,
         deadline: None,
+        watch: false,
     }
 }
 

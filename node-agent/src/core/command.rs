@@ -2,7 +2,7 @@
 //! (new, running, finished and redelivered, replayed); pings and inventory.
 
 use chrono::{DateTime, Utc};
-use gearshift_proto::msg::{CommandResult, Kind, Message, Pong, Refused};
+use gearshift_proto::msg::{CommandResult, Kind, Message, Pong};
 use gearshift_proto::{AuthError, Envelope, Refusal, ReplayGuard, TimePolicy};
 
 use super::{
@@ -43,7 +43,7 @@ impl NodeCore {
     fn start(&mut self, cx: Cx<'_>, c: Command, now: DateTime<Utc>, out: &mut Vec<Action>) {
         let env = match c.admitted {
             Ok(env) => env,
-            Err(r) => return refuse(r, c.tag, out),
+            Err(r) => return self.refuse(r, c.tag, now, out),
         };
         if matches!(env.msg, Message::Ping(_) | Message::Inventory(_)) {
             return self.read_only(cx, env, c.tag, c.reply, now, out);
@@ -52,7 +52,7 @@ impl NodeCore {
         match self.journal.seen(&env.id) {
             Seen::New => {
                 if let Err(e) = TimePolicy::check(&policy(cx), &env, now) {
-                    return refuse(Refusal::auth(&env, &e), c.tag, out);
+                    return self.refuse(Refusal::auth(&env, &e), c.tag, now, out);
                 }
                 let entry = JournalEntry {
                     id: env.id,
@@ -87,7 +87,7 @@ impl NodeCore {
             Seen::FinishedAcked if c.redelivered => republish(&env, c.tag, entry, out),
             Seen::FinishedAcked => {
                 let e = AuthError::Replayed(env.id.to_string());
-                refuse(Refusal::auth(&env, &e), c.tag, out)
+                self.refuse(Refusal::auth(&env, &e), c.tag, now, out)
             }
         }
     }
@@ -103,7 +103,7 @@ impl NodeCore {
         out: &mut Vec<Action>,
     ) {
         if let Err(e) = self.check_fresh(cx, &env, now) {
-            return refuse(Refusal::auth(&env, &e), tag, out);
+            return self.refuse(Refusal::auth(&env, &e), tag, now, out);
         }
         if matches!(env.msg, Message::Ping(_)) {
             out.push(self.pong(cx, &env, reply, now));
@@ -363,31 +363,6 @@ fn policy(cx: Cx<'_>) -> TimePolicy {
     TimePolicy {
         window: cx.config.time_window,
     }
-}
-
-/// Refuses a command: logged with the reason, counted, published as
-/// `event.refused`, and its delivery acknowledged (it will never succeed).
-fn refuse(r: Refusal, tag: Tag, out: &mut Vec<Action>) {
-    out.push(Action::Count {
-        kind: r.kind_label(),
-        outcome: "refused",
-    });
-    out.push(event(
-        Refused {
-            cmd: r.id,
-            reason: r.reason.to_string(),
-            detail: r.detail.clone(),
-        },
-        r.corr.as_deref(),
-    ));
-    out.push(Action::Refused {
-        refusal: r,
-        broadcast: false,
-    });
-    out.push(Action::Ack {
-        tag,
-        journaled: None,
-    });
 }
 
 /// A redelivered command whose work finished: publish its result again.

@@ -147,6 +147,7 @@ impl Evac {
                 target: g.target.clone(),
                 resumed: was_started,
                 deadline: self.plan.deadline,
+                watch: self.plan.watch,
             }));
         }
     }

@@ -31,11 +31,13 @@
 //! - `activation`: `cmd.deactivate` and `cmd.activate`;
 //! - `evacuation`: `cmd.evacuate`, the per-gear scheduling and checkpoints,
 //!   resumption after a restart;
+//! - `refusals`: refused commands, their answers rate-limited per reason;
 //! - `removal`: `cmd.remove` and `cmd.heat_signal`.
 
 mod activation;
 mod command;
 mod evacuation;
+mod refusals;
 mod removal;
 #[cfg(test)]
 mod tests;
@@ -56,6 +58,7 @@ use crate::runtime::MoveOutcome;
 use crate::state::journal::{Journal, JournalEntry, StoredEvent};
 
 pub use evacuation::Evac;
+pub use refusals::{ANSWER_BURST, ANSWER_WINDOW};
 
 /// How long a finished evacuation's checkpoint is kept after its result was published.
 pub const CHECKPOINT_RETENTION_DAYS: i64 = 7;
@@ -182,6 +185,8 @@ pub struct MoveStart {
     pub resumed: bool,
     /// No attempt starts after this instant.
     pub deadline: Option<DateTime<Utc>>,
+    /// Watch the gear leave (the broker agent moves it) instead of moving it.
+    pub watch: bool,
 }
 
 /// How one move ended.
@@ -399,6 +404,7 @@ pub struct NodeCore {
     current: Option<Box<Current>>,
     queue: VecDeque<Command>,
     evacs: Vec<Evac>,
+    answers: refusals::Answers,
 }
 
 impl NodeCore {
@@ -414,6 +420,7 @@ impl NodeCore {
             current: None,
             queue: VecDeque::new(),
             evacs: Vec::new(),
+            answers: None,
         }
     }
 
@@ -486,6 +493,7 @@ impl NodeCore {
                     tracing::debug!(removed = forgotten.len(), "journal pruned");
                     out.push(Action::JournalForget(forgotten));
                 }
+                self.summarize_refusals(now, &mut out);
             }
         }
         self.next_command(cx, now, &mut out);

@@ -59,10 +59,51 @@ struct MoveJob {
     /// Stop now, at the runtime's next safe point.
     hard: CancellationToken,
     deadline: Option<chrono::DateTime<Utc>>,
+    /// Watch the gear leave instead of moving it.
+    watch: bool,
 }
 
+/// How often a watched gear is looked for.
+const WATCH_POLL: Duration = Duration::from_millis(500);
+
 impl MoveJob {
+    /// A broker-side move, seen from this node: done when the gear's
+    /// directory is gone; failed at the deadline while it is still here.
+    /// Read errors are retried until the deadline.
+    async fn watch(self) -> (Result<MoveOutcome, RuntimeError>, u32) {
+        let mut looks = 0;
+        loop {
+            looks += 1;
+            match self.runtime.holds(&self.gear).await {
+                Ok(false) => return (Ok(MoveOutcome::Moved), 1),
+                Ok(true) => {}
+                Err(e) => {
+                    tracing::warn!(gear = %self.gear, error = %e, "watching a gear: cannot look")
+                }
+            }
+            if self.deadline.is_some_and(|d| Utc::now() >= d) {
+                let still = RuntimeError::Conflict {
+                    gear: self.gear.clone(),
+                    reason: format!(
+                        "still on this node at the deadline (the broker agent moves it to {})",
+                        self.target
+                    ),
+                };
+                return (Err(still), 1);
+            }
+            tracing::trace!(gear = %self.gear, looks, "watched gear still here");
+            tokio::select! {
+                _ = tokio::time::sleep(WATCH_POLL) => {}
+                _ = self.soft.cancelled() => return (Err(RuntimeError::Interrupted), 1),
+                _ = self.hard.cancelled() => return (Err(RuntimeError::Interrupted), 1),
+            }
+        }
+    }
+
     async fn run(self) -> (Result<MoveOutcome, RuntimeError>, u32) {
+        if self.watch {
+            return self.watch().await;
+        }
         let mut attempt = 0;
         loop {
             attempt += 1;
@@ -157,6 +198,7 @@ impl Mover {
             soft: entry.0.clone(),
             hard: self.hard.clone(),
             deadline: m.deadline,
+            watch: m.watch,
         };
         let tx = self.tx.clone();
         let (op, idx) = (m.op, m.idx);
@@ -233,5 +275,85 @@ async fn sleep_until(t: Option<tokio::time::Instant>) {
     match t {
         Some(t) => tokio::time::sleep_until(t).await,
         None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::NodeFacts;
+    use crate::runtime::sim::{SimRuntime, SimWorld};
+
+    fn start(w: &std::sync::Arc<SimWorld>, gear: &str, deadline_ms: i64) -> Mover {
+        let rt: SharedRuntime = std::sync::Arc::new(SimRuntime::new(w.clone(), "a"));
+        let mut mover = Mover::new(rt, TaskTracker::new());
+        let settings = Settings {
+            attempts: 3,
+            backoff_min: Duration::from_millis(10),
+            backoff_max: Duration::from_millis(10),
+            grace: Duration::from_secs(1),
+        };
+        mover.start(
+            MoveStart {
+                op: "op".into(),
+                idx: 0,
+                gear: gear.into(),
+                target: "b".into(),
+                resumed: false,
+                deadline: Some(Utc::now() + chrono::Duration::milliseconds(deadline_ms)),
+                watch: true,
+            },
+            &settings,
+        );
+        mover
+    }
+
+    fn world() -> std::sync::Arc<SimWorld> {
+        let w = SimWorld::new();
+        for n in ["a", "b"] {
+            w.add_node(
+                n,
+                NodeFacts {
+                    profile: "small".into(),
+                    max_active_gears: 10,
+                    district: None,
+                },
+            );
+        }
+        w.populate("a", 2, 0);
+        w
+    }
+
+    #[tokio::test]
+    async fn a_watched_gear_is_moved_when_it_leaves_and_never_moved_from_here() {
+        let w = world();
+        let mut mover = start(&w, "a-g0", 30_000);
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        assert_eq!(
+            w.locate("a-g0"),
+            vec!["a".to_string()],
+            "the node moves nothing"
+        );
+        assert_eq!(w.moves(), 0);
+        // Elsewhere (the broker agent's oo-admin-move) the gear leaves.
+        assert!(w.remove_gear("a-g0"));
+        let done = tokio::time::timeout(Duration::from_secs(10), mover.next())
+            .await
+            .expect("the watch ends");
+        assert_eq!(done.result, MoveResult::Done(MoveOutcome::Moved));
+    }
+
+    #[tokio::test]
+    async fn a_watched_gear_still_here_at_the_deadline_fails() {
+        let w = world();
+        let mut mover = start(&w, "a-g1", 200);
+        let done = tokio::time::timeout(Duration::from_secs(10), mover.next())
+            .await
+            .expect("the watch ends");
+        let MoveResult::Failed(e) = done.result else {
+            panic!("{:?}", done.result)
+        };
+        assert!(e.contains("still on this node at the deadline"), "{e}");
+        assert_eq!(w.locate("a-g1"), vec!["a".to_string()]);
     }
 }

@@ -105,6 +105,10 @@ pub struct Plan {
     /// Gears left on the node when the plan finished.
     #[serde(default)]
     pub gears_left: u32,
+    /// The moves are the broker agent's (`cmd.evacuate` with `watch`): each
+    /// gear is watched until it leaves this node, never moved from here.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub watch: bool,
 }
 
 /// The operation id of an evacuation: its `corr`, or the command id when it has none.
@@ -148,6 +152,7 @@ impl Plan {
             finished: false,
             done_published: false,
             gears_left: 0,
+            watch: evac.watch,
         }
     }
 
@@ -363,6 +368,7 @@ mod tests {
                 .collect(),
             parallelism,
             deadline: None,
+            watch: false,
         }
     }
 

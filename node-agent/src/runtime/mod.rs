@@ -217,6 +217,12 @@ pub trait GearRuntime: Send + Sync + 'static {
         ctx: &MoveCtx,
     ) -> Result<MoveOutcome, RuntimeError>;
 
+    /// Whether `gear` is on this node: what a broker-side move is watched
+    /// by (`cmd.evacuate` with `watch`). By default from a full scan.
+    async fn holds(&self, gear: &str) -> Result<bool, RuntimeError> {
+        Ok(self.inventory().await?.gears.iter().any(|g| g.id == gear))
+    }
+
     /// Memory figures (`/proc/meminfo` unless the runtime simulates them).
     async fn memory(&self) -> Option<MemInfo> {
         tokio::fs::read_to_string("/proc/meminfo")

@@ -252,6 +252,11 @@ impl GearRuntime for OpenshiftRuntime {
         super::blocking(&self.gear_base, move || me.scan()).await
     }
 
+    async fn holds(&self, gear: &str) -> Result<bool, RuntimeError> {
+        check_gear_id(gear)?;
+        Ok(self.present(gear))
+    }
+
     async fn move_gear(
         &self,
         gear: &str,

@@ -44,6 +44,12 @@ pub struct Evacuate {
     /// Give up on remaining gears after this instant.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deadline: Option<DateTime<Utc>>,
+    /// The moves are carried out elsewhere (the broker agent runs
+    /// `oo-admin-move` on the PaaS broker host): the node moves nothing,
+    /// watches each gear leave its own gear directory and reports progress
+    /// as for its own moves. Absent (false): the node moves the gears.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub watch: bool,
 }
 
 impl Validate for Evacuate {

@@ -53,13 +53,13 @@ fn a_bad_file_is_a_configuration_failure() {
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("c.toml");
     std::fs::write(&p, "n = 11\n").unwrap();
-    let e = check_config::<Conf>(&p, |_| vec![]).unwrap_err();
+    let e = check_config::<Conf>(&p, |_| Ok(vec![])).unwrap_err();
     assert_eq!(e.code(), EXIT_CONFIG);
     assert!(e.to_string().contains("n") && e.to_string().contains("at most 10"));
     std::fs::write(&p, "m = 1\n").unwrap();
     assert_eq!(load::<Conf>(&p).unwrap_err().code(), EXIT_CONFIG);
     std::fs::write(&p, "n = 3\n").unwrap();
-    assert!(check_config::<Conf>(&p, |c| vec![format!("n is {}", c.n)]).is_ok());
+    assert!(check_config::<Conf>(&p, |c| Ok(vec![format!("n is {}", c.n)])).is_ok());
 }
 
 #[tokio::test]

@@ -8,9 +8,13 @@
 //!
 //! 1. **join**: every node reports once; the broker agent knows the fleet.
 //! 2. **ingest**: the fleet publishes as fast as its connections allow; after
-//!    a warm-up, the broker agent's accepted-report counter (its own
-//!    Prometheus metric) and the raw consumer's count are read at both ends
-//!    of a steady window: `reports_per_s`, `raw_per_s`, `ratio`.
+//!    a warm-up, the broker agent's handled-report counters (its own
+//!    Prometheus metrics: accepted and superseded) and the raw consumer's
+//!    count are read at both ends of a steady window: `reports_per_s`,
+//!    `raw_per_s`, `ratio`. With `--rate-interval` (realistic rate) every
+//!    node reports once per that interval instead, spread evenly, and the
+//!    window gives the broker agent's CPU share at that rate; phases 4 and
+//!    5 are skipped.
 //! 3. **decisions**: the fleet reports at its announced interval; one
 //!    district at a time is brought just under `DISTRICT_THRESHOLD`, then one
 //!    node's report takes it over. The broker agent's
@@ -72,6 +76,12 @@ pub struct BenchArgs {
     /// the fleet's connections confirm, which saturates a small machine).
     #[arg(long)]
     pub rate: Option<f64>,
+    /// Realistic rate instead of the flood: every node reports once per
+    /// this interval (announced as its report interval), spread evenly,
+    /// plus the threshold crossings; the window measures the broker's CPU
+    /// share at that rate. No drain phase and no real node in this mode.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub rate_interval: Option<Duration>,
     /// Publishers per connection while flooding.
     #[arg(long, default_value_t = 64)]
     pub publishers: usize,
@@ -119,8 +129,16 @@ pub struct BenchReport {
     pub districts: usize,
     /// Bus connections of the fleet.
     pub connections: usize,
-    /// Reports per second the broker agent accepted in the ingest window.
+    /// `flood`, or `rate` (`--rate-interval`).
+    pub mode: String,
+    /// The report interval of the realistic-rate mode, s.
+    pub rate_interval_s: Option<f64>,
+    /// Reports per second the broker agent handled in the ingest window:
+    /// accepted, or superseded by a newer one of the same node in the same
+    /// batch (dropped unverified).
     pub reports_per_s: f64,
+    /// Of `reports_per_s`, the superseded ones.
+    pub superseded_per_s: f64,
     /// Reports per second the bare lapin consumer received in the same window.
     pub raw_per_s: f64,
     /// reports_per_s / raw_per_s.
@@ -195,8 +213,8 @@ impl BenchReport {
         let ms = |v: Option<f64>| v.map_or("-".into(), |x| format!("{x:.1} ms"));
         let mb = |v: Option<f64>| v.map_or("-".into(), |x| format!("{x:.1} MiB"));
         format!(
-            "nodes {} in {} districts, {} connections\n\
-             ingest: broker {:.0}/s, raw consumer {:.0}/s, ratio {:.3} (offered {:.0}/s, {} B/report, {:.0} s window; broker CPU {:.0} %, {:.1} µs/report)\n\
+            "nodes {} in {} districts, {} connections, {} mode\n\
+             ingest: broker {:.0}/s ({:.0}/s superseded), raw consumer {:.0}/s, ratio {:.3} (offered {:.0}/s, {} B/report, {:.0} s window; broker CPU {:.1} % of a core, {:.1} µs/report)\n\
              decisions: {} timed, p50 <= {}, p99 <= {} (bus to bus: p50 {}, p99 {}), {} missed\n\
              broker RSS: peak {:.1} MiB, after ingest {:.1} MiB\n\
              drain: {} gears moved, {:.0} moves/s, {} nodes emptied, up to {} draining at once\n\
@@ -204,7 +222,9 @@ impl BenchReport {
             self.nodes,
             self.districts,
             self.connections,
+            self.mode,
             self.reports_per_s,
+            self.superseded_per_s,
             self.raw_per_s,
             self.ratio,
             self.offered_per_s,

@@ -27,6 +27,7 @@ use crate::lite::{LiteFleet, LiteSpec};
 
 const LATENCY: &str = "gearshift_broker_decision_latency_seconds";
 const REPORTS: &str = "gearshift_broker_reports_total";
+const SUPERSEDED: &str = "gearshift_broker_reports_superseded_total";
 const NODES: &str = "gearshift_broker_nodes";
 const REFUSED: &str = "gearshift_broker_refused_total";
 
@@ -53,6 +54,7 @@ struct Bench {
 /// The ingest window's figures.
 struct Ingest {
     reports_per_s: f64,
+    superseded_per_s: f64,
     raw_per_s: f64,
     offered_per_s: f64,
     lag_start: f64,
@@ -72,6 +74,7 @@ struct Decisions {
 }
 
 /// The drain phase's figures.
+#[derive(Default)]
 struct Drain {
     moves: u64,
     moves_per_s: f64,
@@ -102,21 +105,31 @@ pub(super) async fn run_in(
         tokio::spawn(async move { f.serve_commands(s).await })
     };
     let report_bytes = b.join().await?;
-    let ingest = b.ingest().await?;
-    let pace = {
-        // Paced reports from here on.
-        let f = b.fleet.clone();
-        let s = b.stop_all.clone();
-        let iv = b.args.interval;
-        tokio::spawn(async move { f.pace(iv, s).await })
+    // Paced reports from the end of the flood on, or from the start in the
+    // realistic-rate mode.
+    let (ingest, pace) = match b.args.rate_interval {
+        Some(iv) => {
+            let pace = b.pace(iv);
+            (b.steady().await?, pace)
+        }
+        None => {
+            let i = b.ingest().await?;
+            (i, b.pace(b.args.interval))
+        }
     };
     let decisions = b.decisions().await?;
+    let rate_mode = b.args.rate_interval.is_some();
+    let node_bin = node_bin.filter(|_| !rate_mode);
     let mut node_proc = match node_bin {
         Some(bin) => Some(b.start_real_node(bin)?),
         None => None,
     };
     let node_started = Instant::now();
-    let drain = b.drain().await?;
+    let drain = if rate_mode {
+        Drain::default()
+    } else {
+        b.drain().await?
+    };
     let real = match node_proc.as_mut() {
         Some(np) => b.measure_real_node(np, node_started).await?,
         None => RealFigures::default(),
@@ -144,7 +157,7 @@ fn lite_spec(args: &BenchArgs, tag: &str) -> LiteSpec {
         profiles: (0..args.profiles.max(1)).map(|p| format!("p{p}")).collect(),
         max_active: 100,
         gears: 60,
-        interval: args.interval,
+        interval: args.rate_interval.unwrap_or(args.interval),
         tag: tag.to_string(),
     }
 }
@@ -245,8 +258,37 @@ impl Bench {
             tokio::spawn(async move { f.flood(per, rate, s).await })
         };
         tokio::time::sleep(self.args.warmup).await;
+        let (i, m1) = self.window().await?;
+        flood_stop.cancel();
+        let _ = flood.await;
+        let published = self.fleet.counters.reports.load(Ordering::Relaxed);
+        let want = published as f64 - m1.sum(REFUSED);
+        let _ = wait_settled(self.port, REPORTS, want, Duration::from_secs(120)).await;
+        Ok(i)
+    }
+
+    /// Phase 2 of the realistic-rate mode: the paced fleet's reports, after
+    /// the warm-up, over the window (the broker agent's CPU share at the
+    /// rate a fleet of this size offers).
+    async fn steady(&self) -> anyhow::Result<Ingest> {
+        tokio::time::sleep(self.args.warmup).await;
+        Ok(self.window().await?.0)
+    }
+
+    /// Paced reports (every node once per `interval`, spread evenly, and at
+    /// once when its state changes) until the end of the run.
+    fn pace(&self, interval: Duration) -> tokio::task::JoinHandle<()> {
+        let f = self.fleet.clone();
+        let s = self.stop_all.clone();
+        tokio::spawn(async move { f.pace(interval, s).await })
+    }
+
+    /// The broker agent's handled reports, the raw consumer's count and the
+    /// broker process's CPU over one window; the metrics at its end.
+    async fn window(&self) -> anyhow::Result<(Ingest, metrics::Metrics)> {
         let pid = self.broker_pid;
         let published = || self.fleet.counters.reports.load(Ordering::Relaxed);
+        let handled = |m: &metrics::Metrics| m.get(REPORTS) + m.get(SUPERSEDED);
         let m0 = metrics::scrape(self.port).await?;
         let cpu0 = process::cpu_seconds(pid).unwrap_or(0.0);
         let (raw0, pub0, t0) = (self.raw.count(), published(), Instant::now());
@@ -254,16 +296,15 @@ impl Bench {
         let m1 = metrics::scrape(self.port).await?;
         let cpu1 = process::cpu_seconds(pid).unwrap_or(0.0);
         let (raw1, pub1, t1) = (self.raw.count(), published(), Instant::now());
-        flood_stop.cancel();
-        let _ = flood.await;
         let secs = (t1 - t0).as_secs_f64();
-        let reports_per_s = (m1.get(REPORTS) - m0.get(REPORTS)) / secs;
+        let reports_per_s = (handled(&m1) - handled(&m0)) / secs;
         let i = Ingest {
             reports_per_s,
+            superseded_per_s: (m1.get(SUPERSEDED) - m0.get(SUPERSEDED)) / secs,
             raw_per_s: (raw1 - raw0) as f64 / secs,
             offered_per_s: (pub1 - pub0) as f64 / secs,
-            lag_start: (pub0 as f64 - m0.get(REPORTS)).max(0.0),
-            lag_end: (pub1 as f64 - m1.get(REPORTS)).max(0.0),
+            lag_start: (pub0 as f64 - handled(&m0)).max(0.0),
+            lag_end: (pub1 as f64 - handled(&m1)).max(0.0),
             secs,
             cpu_pct: (cpu1 - cpu0) / secs * 100.0,
             us_per_report: if reports_per_s > 0.0 {
@@ -274,12 +315,10 @@ impl Bench {
             rss_after: self.broker.proc.rss_mb().unwrap_or(0.0),
         };
         eprintln!(
-            "bench: ingest {:.0}/s, raw {:.0}/s, offered {:.0}/s",
-            i.reports_per_s, i.raw_per_s, i.offered_per_s
+            "bench: ingest {:.0}/s ({:.0}/s superseded), raw {:.0}/s, offered {:.0}/s, broker CPU {:.1} %",
+            i.reports_per_s, i.superseded_per_s, i.raw_per_s, i.offered_per_s, i.cpu_pct
         );
-        let want = published() as f64 - m1.sum(REFUSED);
-        let _ = wait_settled(self.port, REPORTS, want, Duration::from_secs(120)).await;
-        Ok(i)
+        Ok((i, m1))
     }
 
     /// Nodes of district `k`.
@@ -495,6 +534,13 @@ fn report(
     };
     let mut e2e = d.e2e.clone();
     BenchReport {
+        mode: if b.args.rate_interval.is_some() {
+            "rate".into()
+        } else {
+            "flood".into()
+        },
+        rate_interval_s: b.args.rate_interval.map(|d| d.as_secs_f64()),
+        superseded_per_s: round1(i.superseded_per_s),
         nodes: b.spec.nodes,
         districts: b.districts.len(),
         connections: b.args.connections,

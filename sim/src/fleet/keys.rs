@@ -15,8 +15,9 @@ use gearshift_service::keys::KeyFileError;
 ///
 /// Files in [`Keys::dir`]: `broker.key`/`.pub`, `node.key`/`.pub`,
 /// `operator.key`/`.pub`, and the broker agent's trust directories
-/// `nodes.d/` (the nodes' public key, and any added by
-/// [`Keys::trust_node`]) and `operators.d/`.
+/// `nodes.d/` (keys bound to one node each, added by [`Keys::trust_node`])
+/// and `operators.d/`. The shared node key is trusted as a fleet-wide key
+/// (`[[keys.trust]]`), which speaks for any node.
 #[derive(Debug, Clone)]
 pub struct Keys {
     /// Directory of the key files.
@@ -64,7 +65,11 @@ impl Keys {
     }
 
     fn write_trust_dirs(&self) -> Result<(), KeyFileError> {
-        write_file(&self.nodes_dir().join("node.pub"), &self.node.public_pem())?;
+        let nodes = self.nodes_dir();
+        std::fs::create_dir_all(&nodes).map_err(|e| KeyFileError::Io {
+            path: nodes.clone(),
+            reason: e.to_string(),
+        })?;
         write_file(
             &self.dir.join("operators.d").join("operator.pub"),
             &self.operator.public_pem(),
@@ -82,7 +87,8 @@ impl Keys {
     }
 
     /// Trusts one more node key (a node with a key of its own), as an
-    /// operator drops its public key into `nodes.d/`.
+    /// operator drops its public key into `nodes.d/`: it speaks only for
+    /// `name`.
     pub fn trust_node(&self, name: &str, key: &KeyPair) -> Result<(), KeyFileError> {
         write_file(
             &self.nodes_dir().join(format!("{name}.pub")),
@@ -95,6 +101,13 @@ impl Keys {
         cfg.keys.signing_key = self.path("broker.key");
         cfg.keys.node_keys_dir = self.nodes_dir();
         cfg.keys.operator_keys_dir = self.dir.join("operators.d");
+        let shared = self.path("node.pub");
+        if !cfg.keys.trust.iter().any(|t| t.path == shared) {
+            cfg.keys.trust.push(gearshift_broker::config::TrustEntry {
+                role: Role::Node,
+                path: shared,
+            });
+        }
     }
 
     /// What the broker agent trusts: itself, the nodes' key, the operator,

@@ -355,6 +355,7 @@ pub async fn inventory_heat_and_remove(url: &str) {
         moves,
         parallelism: None,
         deadline: None,
+        watch: false,
     };
     let id = b.ctl.send(&b.node, evacuate, Some("rm-1")).await;
     events.outcome(id, WAIT).await;

@@ -45,6 +45,7 @@ pub async fn evacuation_with_progress(url: &str) {
         moves: moves.clone(),
         parallelism: Some(3),
         deadline: None,
+        watch: false,
     };
     let id = b.ctl.send(&b.node, evacuate, Some("evac-1")).await;
     let ack = events.next(WAIT).await;
@@ -138,6 +139,7 @@ async fn evacuation_sent_again(b: &Bed, events: &mut Verified, moves: Vec<Move>,
         moves,
         parallelism: None,
         deadline: None,
+        watch: false,
     };
     let id2 = b.ctl.send(&b.node, evacuate, Some("evac-1")).await;
     let e = events.outcome(id2, WAIT).await;
@@ -165,6 +167,7 @@ pub async fn evacuation_resumes_after_restart(url: &str) {
         moves: moves.clone(),
         parallelism: Some(2),
         deadline: None,
+        watch: false,
     };
     let id = b.ctl.send(&b.node, evacuate, Some("resume-1")).await;
     events

@@ -24,12 +24,12 @@ fn text(b: &[u8]) -> String {
 
 #[test]
 fn check_config_accepts_the_shipped_file_and_names_bad_keys() {
-    let shipped = gearshift_tests::repo_root().join("conf/node.toml");
+    let dir = temp_dir();
+    let shipped = gearshift_tests::bins::shipped_config_with_keys("node", dir.path());
     let out = bin(&["check-config", shipped.to_str().unwrap()]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(text(&out.stdout).contains(": ok"));
 
-    let dir = temp_dir();
     for (body, key, why) in [
         (
             "[evacuation]\nparallelism = 0\n",

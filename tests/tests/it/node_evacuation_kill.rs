@@ -187,6 +187,7 @@ async fn evacuation_survives_sigkill(url: &str) {
         moves,
         parallelism: None,
         deadline: None,
+        watch: false,
     };
     let cmd = ctl.send(node, evacuate, Some("kill-test")).await;
     let done = kill_until_done(&mut proc, &mut events, cmd, &mut rng, base, &su).await;

@@ -51,6 +51,7 @@ async fn outage(direct_url: &str, upstream: SocketAddr, proxied_url: impl Fn(u16
                 moves,
                 parallelism: Some(1),
                 deadline: None,
+                watch: false,
             },
             Some("outage-1"),
         )

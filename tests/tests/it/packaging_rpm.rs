@@ -324,7 +324,27 @@ fn check_unit(agent: &str, u: &BTreeMap<String, Vec<String>>) {
 /// environment; the state directory systemd creates is the one the
 /// configuration uses.
 fn check_config_under_unit(r: &Path, agent: &str, conf: &Path, u: &BTreeMap<String, Vec<String>>) {
-    let mut check = Command::new(r.join(format!("usr/bin/gearshift-{agent}")));
+    // The keys first, as the README's steps write them (`check-config` loads
+    // them as `run` does), in the root's /etc/gearshift that the file then names.
+    let etc = r.join("etc/gearshift");
+    let bin = r.join(format!("usr/bin/gearshift-{agent}"));
+    let stems: &[&str] = if agent == "node" {
+        &["node", "broker"]
+    } else {
+        &["broker"]
+    };
+    for stem in stems {
+        ok(Command::new(&bin)
+            .args(["keygen", "--force", "--name", stem])
+            .arg("--dir")
+            .arg(&etc));
+    }
+    let text = std::fs::read_to_string(conf)
+        .unwrap()
+        .replace("/etc/gearshift/", &format!("{}/", etc.display()));
+    let conf = &r.join(format!("{agent}-keys-in-root.toml"));
+    std::fs::write(conf, text).unwrap();
+    let mut check = Command::new(&bin);
     check.arg("check-config").arg(conf);
     check.env_remove("GEARSHIFT_BROKER_CONFIG");
     for e in u.get("Service.Environment").into_iter().flatten() {

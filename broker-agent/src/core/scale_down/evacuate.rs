@@ -15,7 +15,8 @@ use crate::planner::PlanInput;
 
 impl ScaleDown {
     pub(super) fn on_progress(&mut self, p: &Progress) -> DownOut {
-        if self.step != DownStep::Evacuating || Some(p.cmd) != self.cmd {
+        // Broker-side moves count their own progress.
+        if self.step != DownStep::Evacuating || Some(p.cmd) != self.cmd || self.moving() {
             return Out::none();
         }
         let prev = self.progress;
@@ -70,7 +71,7 @@ impl ScaleDown {
             }
             (DownStep::Reactivating { cancel }, CommandResult::Activated) => {
                 let cancel = *cancel;
-                self.reactivated(cancel)
+                self.node_reactivated(cx, cancel, now)
             }
             _ => Out::none(),
         }
@@ -106,13 +107,15 @@ impl ScaleDown {
     fn emptied(&mut self, cx: &mut DownCtx<'_>, now: DateTime<Utc>) -> DownOut {
         if self.keep {
             self.end(super::DownEnd::Kept)
+        } else if cx.openshift() {
+            self.remove_from_district(cx, now)
         } else {
             self.enter_removing(cx, now)
         }
     }
 
     /// Waits for a report that shows the node empty.
-    fn confirm_empty(&mut self, cx: &mut DownCtx<'_>, now: DateTime<Utc>) -> DownOut {
+    pub(super) fn confirm_empty(&mut self, cx: &mut DownCtx<'_>, now: DateTime<Utc>) -> DownOut {
         let out = self.enter(cx, DownStep::ConfirmingEmpty, None, now);
         self.deadline = now + dur(cx.cfg.saga.confirm_empty_timeout);
         out
@@ -175,18 +178,40 @@ impl ScaleDown {
         let deadline = now + dur(s.evacuation_timeout);
         // The node gives up at `deadline`; allow it one command timeout to say so.
         let grace = dur(s.command_timeout);
-        let msg = Message::Evacuate(Evacuate {
-            moves: moves.clone(),
-            parallelism: Some(s.evacuation_parallelism),
-            deadline: Some(deadline),
-        });
+        let msg = Message::Evacuate(self.evacuate_message(cx, moves.clone(), deadline));
         let total = moves.len() as u32;
         let out = self.enter(cx, DownStep::Evacuating, Some(msg), now);
         self.moves = moves;
         self.deadline = deadline + grace;
         self.progress.total = total;
         self.progress.remaining = total;
+        if cx.openshift() {
+            self.plan_broker_moves();
+            return out.then(self.launch_moves(cx, now));
+        }
         out
+    }
+
+    /// `cmd.evacuate` for `moves`: with `openshift` the node only watches
+    /// (the broker agent moves), every gear at once.
+    pub(super) fn evacuate_message(
+        &self,
+        cx: &DownCtx<'_>,
+        moves: Vec<gearshift_proto::msg::Move>,
+        deadline: DateTime<Utc>,
+    ) -> Evacuate {
+        let watch = cx.openshift();
+        let parallelism = if watch {
+            (moves.len() as u32).clamp(1, 256)
+        } else {
+            cx.cfg.saga.evacuation_parallelism
+        };
+        Evacuate {
+            moves,
+            parallelism: Some(parallelism),
+            deadline: Some(deadline),
+            watch,
+        }
     }
 
     /// No plan: just started (a resumed drain, most likely), the other nodes

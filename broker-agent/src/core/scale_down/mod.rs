@@ -6,6 +6,14 @@
 //! drain (`keep`) ends at `ConfirmingEmpty -> Done(Kept)`: the node stays,
 //! empty and inactive.
 //!
+//! With `[paas] kind = "openshift"` OpenShift is told through the PaaS
+//! adapter: `DistrictDeactivating` (`deactivate-node`) comes before
+//! `Deactivating`; the evacuation's moves are run by the broker agent
+//! (`oo-admin-move`, see `moves.rs`) while the node only watches its gears
+//! leave and reports progress; `DistrictRemoving` (`remove-node`) comes
+//! between `ConfirmingEmpty` and `Removing`; and an abort or cancel ends
+//! with `DistrictActivating` (`activate-node`) after `Reactivating`.
+//!
 //! [`ScaleDown::step`] is the machine: `(state, input, now) -> (state,
 //! effects)`. It reads the fleet and the other operations through
 //! [`Facts`] (to plan the moves and to see the node's reports) and never
@@ -14,17 +22,25 @@
 //! of a removed node.
 //!
 //! Layout: this file holds the state, the inputs and the command steps;
-//! `evacuate.rs` plans and follows the evacuation rounds,
+//! `steps.rs` the steps and ends;
+//! `evacuate.rs` plans and follows the evacuation rounds, `moves.rs` the
+//! broker-side gear moves, `district.rs` the district commands,
 //! `remove.rs` asks the handler to remove the node and waits
 //! until it is gone.
 
+mod district;
 mod evacuate;
+mod moves;
 mod remove;
+mod steps;
+
+pub use moves::{BrokerMove, MoveState};
+pub use steps::{DownEnd, DownStep};
 
 use chrono::{DateTime, Utc};
 use gearshift_handlers::{GroupKey, Presence};
 use gearshift_proto::msg::{
-    Activate, Deactivate, DecisionKind, Evacuate, GearInfo, InventoryRequest, Message, Move,
+    Activate, Deactivate, DecisionKind, GearInfo, InventoryRequest, Message, Move,
 };
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
@@ -113,94 +129,27 @@ pub struct ScaleDown {
     /// aborting a drain that the previous process had started.
     #[serde(default)]
     pub replan_at: Option<DateTime<Utc>>,
+    /// `deactivate-node` was asked (journaled before the call): an abort or
+    /// cancel must `activate-node` again.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub district_deactivated: bool,
+    /// Runs of the current district command.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub paas_attempts: u32,
+    /// When the current district command is run again after a retryable failure.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paas_retry_at: Option<DateTime<Utc>>,
+    /// The last refusal or failure of a PaaS command, with its cause
+    /// (`deactivate-node refused (node_unreachable): …`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refusal: Option<String>,
+    /// The current round's moves when the broker agent runs them (`openshift`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub broker_moves: Vec<BrokerMove>,
 }
 
-/// Steps of a scale-down.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "step", rename_all = "snake_case")]
-pub enum DownStep {
-    /// `cmd.deactivate` sent; waiting for `Deactivated{gears}`.
-    Deactivating,
-    /// `cmd.inventory` sent; waiting for `Inventory{gears}`.
-    Inventorying,
-    /// `cmd.evacuate` sent; following progress until `Evacuated`.
-    Evacuating,
-    /// Waiting for a report that shows the node empty.
-    ConfirmingEmpty,
-    /// The handler is asked to remove exactly this node. Journaled before the call.
-    Removing,
-    /// Waiting until the handler says gone or the reports stop.
-    ConfirmingGone,
-    /// `cmd.activate` sent (abort or drain cancel).
-    Reactivating {
-        /// A drain cancel (pressure returned) rather than an abort.
-        cancel: bool,
-    },
-    /// Finished; see `end`.
-    Done,
-}
-
-impl DownStep {
-    /// Short name.
-    pub fn name(&self) -> &'static str {
-        match self {
-            DownStep::Deactivating => "deactivating",
-            DownStep::Inventorying => "inventorying",
-            DownStep::Evacuating => "evacuating",
-            DownStep::ConfirmingEmpty => "confirming_empty",
-            DownStep::Removing => "removing",
-            DownStep::ConfirmingGone => "confirming_gone",
-            DownStep::Reactivating { cancel: true } => "cancelling",
-            DownStep::Reactivating { cancel: false } => "aborting",
-            DownStep::Done => "done",
-        }
-    }
-
-    /// Whether a drain cancel can still bring the node back (nothing was removed).
-    pub fn cancellable(&self) -> bool {
-        matches!(
-            self,
-            DownStep::Deactivating
-                | DownStep::Inventorying
-                | DownStep::Evacuating
-                | DownStep::ConfirmingEmpty
-        )
-    }
-}
-
-/// How a scale-down ended.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "end", rename_all = "snake_case")]
-pub enum DownEnd {
-    /// Empty and gone.
-    Removed,
-    /// Aborted; the node is active again.
-    Aborted {
-        /// Why.
-        reason: String,
-    },
-    /// Pressure returned; the node is active again.
-    Cancelled,
-    /// A maintenance drain emptied the node; it stays, inactive.
-    Kept,
-    /// Could not finish nor re-activate: needs an operator.
-    Failed {
-        /// Why.
-        reason: String,
-    },
-}
-
-impl DownEnd {
-    /// Short name.
-    pub fn name(&self) -> &'static str {
-        match self {
-            DownEnd::Removed => "removed",
-            DownEnd::Aborted { .. } => "aborted",
-            DownEnd::Cancelled => "cancelled",
-            DownEnd::Kept => "kept",
-            DownEnd::Failed { .. } => "failed",
-        }
-    }
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// What a scale-down is told.
@@ -264,6 +213,13 @@ pub struct DownCtx<'a> {
 
 type DownOut = Out<DownOutcome>;
 
+impl DownCtx<'_> {
+    /// Whether OpenShift is told (`[paas] kind = "openshift"`).
+    pub(super) fn openshift(&self) -> bool {
+        self.cfg.paas.kind == crate::paas::PaasKind::OpenShift
+    }
+}
+
 impl ScaleDown {
     /// A drain of `node`, about to send its first command.
     pub fn new(node: &str, origin: Origin, now: DateTime<Utc>) -> ScaleDown {
@@ -287,6 +243,11 @@ impl ScaleDown {
             abort_reason: None,
             end: None,
             replan_at: None,
+            district_deactivated: false,
+            paas_attempts: 0,
+            paas_retry_at: None,
+            refusal: None,
+            broker_moves: vec![],
         }
     }
 
@@ -300,8 +261,10 @@ impl ScaleDown {
 
     /// Whether the node is being removed or was: no longer capacity, not missing.
     pub fn is_removing(&self) -> bool {
-        matches!(self.step, DownStep::Removing | DownStep::ConfirmingGone)
-            || self.end == Some(DownEnd::Removed)
+        matches!(
+            self.step,
+            DownStep::DistrictRemoving | DownStep::Removing | DownStep::ConfirmingGone
+        ) || self.end == Some(DownEnd::Removed)
     }
 
     /// The machine.
@@ -312,15 +275,11 @@ impl ScaleDown {
         now: DateTime<Utc>,
     ) -> DownOut {
         match input {
-            DownInput::Start => {
-                let msg = Message::Deactivate(Deactivate {
-                    reason: cx.reason.to_string(),
-                });
-                self.enter(cx, DownStep::Deactivating, Some(msg), now)
-            }
+            DownInput::Start if cx.openshift() => self.start_in_district(cx, now),
+            DownInput::Start => self.deactivate_node(cx, now),
             DownInput::Event { from, msg } => self.on_event(cx, from, msg, now),
             DownInput::Report { total_gears, busy } => self.on_report(cx, total_gears, busy, now),
-            DownInput::Result(r) => self.on_result(cx, r, now),
+            DownInput::Result(r) => self.on_answer(cx, r, now),
             DownInput::Tick => self.on_tick(cx, now),
             DownInput::Resume => self.resume(cx),
             DownInput::Abort { why, cancel } => self.abort(cx, why, cancel, now),
@@ -367,6 +326,14 @@ impl ScaleDown {
         }
     }
 
+    /// Tells the node to stop taking gears (`cmd.deactivate`).
+    fn deactivate_node(&mut self, cx: &mut DownCtx<'_>, now: DateTime<Utc>) -> DownOut {
+        let msg = Message::Deactivate(Deactivate {
+            reason: cx.reason.to_string(),
+        });
+        self.enter(cx, DownStep::Deactivating, Some(msg), now)
+    }
+
     /// The command of the current step, as first sent (re-sends and resumes).
     fn current_command(&self, cx: &DownCtx<'_>) -> Option<Message> {
         let saga = &cx.cfg.saga;
@@ -378,11 +345,11 @@ impl ScaleDown {
             DownStep::Reactivating { .. } => Message::Activate(Activate {
                 reason: self.abort_reason.clone().unwrap_or_default(),
             }),
-            DownStep::Evacuating => Message::Evacuate(Evacuate {
-                moves: self.moves.clone(),
-                parallelism: Some(saga.evacuation_parallelism),
-                deadline: Some(self.deadline - dur(saga.command_timeout)),
-            }),
+            DownStep::Evacuating => Message::Evacuate(self.evacuate_message(
+                cx,
+                self.moves.clone(),
+                self.deadline - dur(saga.command_timeout),
+            )),
             _ => return None,
         })
     }
@@ -458,7 +425,23 @@ impl ScaleDown {
         if !self.step.cancellable() {
             return Out::none();
         }
+        self.reactivate(cx, why, cancel, now)
+    }
+
+    /// Re-activates the node: the node first (`cmd.activate`), then its
+    /// district; a node never told to deactivate only in its district.
+    fn reactivate(
+        &mut self,
+        cx: &mut DownCtx<'_>,
+        why: String,
+        cancel: bool,
+        now: DateTime<Utc>,
+    ) -> DownOut {
         tracing::warn!(op = %cx.op, node = %self.node, why, cancel, "re-activating the node");
+        if self.step == DownStep::DistrictDeactivating {
+            self.abort_reason = Some(why);
+            return self.activate_in_district(cx, cancel, now);
+        }
         let msg = Message::Activate(Activate {
             reason: if cancel {
                 format!("drain cancelled: {why}")
@@ -470,7 +453,22 @@ impl ScaleDown {
         self.enter(cx, DownStep::Reactivating { cancel }, Some(msg), now)
     }
 
-    /// The node answered `Activated` to the abort or cancel.
+    /// The node answered `Activated` to the abort or cancel: its district
+    /// next, when it was deactivated there.
+    fn node_reactivated(
+        &mut self,
+        cx: &mut DownCtx<'_>,
+        cancel: bool,
+        now: DateTime<Utc>,
+    ) -> DownOut {
+        if self.district_deactivated {
+            self.activate_in_district(cx, cancel, now)
+        } else {
+            self.reactivated(cancel)
+        }
+    }
+
+    /// The node is active again, in its district too.
     fn reactivated(&mut self, cancel: bool) -> DownOut {
         let end = if cancel {
             DownEnd::Cancelled
@@ -525,19 +523,25 @@ impl ScaleDown {
             DownStep::Deactivating
             | DownStep::Inventorying
             | DownStep::Evacuating
-            | DownStep::Reactivating { .. } => match (self.cmd, self.current_command(cx)) {
-                (Some(id), Some(msg)) => Out {
-                    effects: vec![Effect::Send {
-                        node: self.node.clone(),
-                        id,
-                        msg,
-                    }],
-                    ..Out::none()
-                },
-                _ => Out::none(),
-            },
+            | DownStep::Reactivating { .. } => {
+                let sent = match (self.cmd, self.current_command(cx)) {
+                    (Some(id), Some(msg)) => Out {
+                        effects: vec![Effect::Send {
+                            node: self.node.clone(),
+                            id,
+                            msg,
+                        }],
+                        ..Out::none()
+                    },
+                    _ => Out::none(),
+                };
+                sent.then(self.resume_moves())
+            }
             DownStep::Removing => self.call_remove(cx),
             DownStep::ConfirmingGone => self.call_presence(cx),
+            DownStep::DistrictDeactivating
+            | DownStep::DistrictActivating { .. }
+            | DownStep::DistrictRemoving => self.resume_district(cx),
             _ => Out::none(),
         }
     }
@@ -565,6 +569,10 @@ impl ScaleDown {
                 self.next_round(cx, "no report showed the node empty in time".into(), now)
             }
             DownStep::Removing | DownStep::ConfirmingGone => self.removal_tick(cx, now),
+            DownStep::DistrictDeactivating
+            | DownStep::DistrictActivating { .. }
+            | DownStep::DistrictRemoving => self.district_tick(cx, now),
+            DownStep::Evacuating => self.launch_moves(cx, now),
             _ => Out::none(),
         }
     }

@@ -291,6 +291,7 @@ fn returning_pressure_cancels_the_drain_instead_of_booting_a_node() {
 }
 
 mod machine;
+mod paas;
 
 #[test]
 fn cancelled_and_failed_drains_set_the_scale_down_cooldown() {

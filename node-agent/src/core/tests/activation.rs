@@ -111,6 +111,7 @@ fn activate_while_evacuating_fails_the_pending_gears() {
             moves,
             parallelism: Some(2),
             deadline: None,
+            watch: false,
         },
         Some("sd-1"),
     );

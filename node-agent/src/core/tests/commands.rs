@@ -314,3 +314,88 @@ fn nothing_starts_once_stopping() {
     );
     assert!(w.core.settled());
 }
+
+fn refused_events(w: &World) -> Vec<gearshift_proto::msg::Refused> {
+    w.events
+        .iter()
+        .filter_map(|e| match &e.msg {
+            Message::Refused(r) => Some(r.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_flood_of_refusals_is_answered_within_a_budget_per_reason() {
+    use crate::core::{ANSWER_BURST, ANSWER_WINDOW};
+    let mut w = World::new();
+    let gate_ring = Keyring::new();
+    let gate = Gate::new(&gate_ring, TimePolicy::default());
+    let commands = Expect::kinds(Kind::is_command).any_age();
+    let flood = 1_000;
+    for _ in 0..flood {
+        let bytes = w.cmd(Deactivate::default(), None).encode();
+        let c = w.command(
+            gate.admit(&bytes, commands, w.now).map(|a| a.envelope),
+            false,
+        );
+        let actions = w.feed(Input::Command(c));
+        assert!(has_ack(&actions), "every refused command is acknowledged");
+    }
+    // Another reason has its own budget.
+    let c = w.command(
+        gate.admit(b"[]", commands, w.now).map(|a| a.envelope),
+        false,
+    );
+    w.feed(Input::Command(c));
+    assert_eq!(w.counted("cmd.deactivate", "refused"), flood);
+    let answered = refused_events(&w);
+    let burst = ANSWER_BURST as usize;
+    assert_eq!(answered.len(), burst + 1, "{answered:?}");
+    assert!(answered[..burst].iter().all(|r| r.reason == "unsigned"));
+    assert_eq!(answered[burst].reason, "malformed");
+    assert_eq!(w.acks.len(), flood + 1);
+
+    // After the window, the next refusal of that reason says how many were held back.
+    w.now += chrono::Duration::from_std(ANSWER_WINDOW).unwrap();
+    let bytes = w.cmd(Deactivate::default(), None).encode();
+    let c = w.command(
+        gate.admit(&bytes, commands, w.now).map(|a| a.envelope),
+        false,
+    );
+    w.feed(Input::Command(c));
+    let last = refused_events(&w).pop().unwrap();
+    let held = flood - burst;
+    assert!(
+        last.cmd.is_some()
+            && last.detail.contains(&format!(
+                "({held} more refused for this reason since 2026-11-24T12:00:00Z"
+            )),
+        "{last:?}"
+    );
+
+    // A flood that stops is summed up at the next housekeeping.
+    for _ in 0..(burst + 5) {
+        let bytes = w.cmd(Deactivate::default(), None).encode();
+        let c = w.command(
+            gate.admit(&bytes, commands, w.now).map(|a| a.envelope),
+            false,
+        );
+        w.feed(Input::Command(c));
+    }
+    let before = refused_events(&w).len();
+    w.feed(Input::Prune);
+    assert_eq!(
+        refused_events(&w).len(),
+        before,
+        "the window is not over yet"
+    );
+    w.now += chrono::Duration::from_std(ANSWER_WINDOW).unwrap();
+    w.feed(Input::Prune);
+    let summary = refused_events(&w).pop().unwrap();
+    assert_eq!((summary.cmd, summary.reason.as_str()), (None, "unsigned"));
+    assert!(
+        summary.detail.starts_with("6 refused since "),
+        "{summary:?}"
+    );
+}

@@ -26,6 +26,7 @@ fn evacuate(w: &World, parallelism: Option<u32>) -> Evacuate {
             .collect(),
         parallelism,
         deadline: None,
+        watch: false,
     }
 }
 

@@ -11,16 +11,16 @@ use crate::fleet::Fleet;
 use crate::ops::Ops;
 
 /// A victim `c` (10 gears) and two nodes with room, `a` and `b`.
-struct World {
-    cfg: BrokerConfig,
-    fleet: Fleet,
+pub(super) struct World {
+    pub(super) cfg: BrokerConfig,
+    pub(super) fleet: Fleet,
     ops: Ops,
     marks: BTreeSet<String>,
     next_id: u128,
 }
 
 impl World {
-    fn new() -> World {
+    pub(super) fn new() -> World {
         let mut fleet = Fleet::new();
         for (i, (n, active)) in [("a", 30), ("b", 20), ("c", 10)].into_iter().enumerate() {
             let mut r = rep(n, "d1", "small", 100, active, 0);
@@ -37,7 +37,7 @@ impl World {
     }
 
     /// Steps `d` (operation `op-…01` of group d1/small) with `input`.
-    fn step(
+    pub(super) fn step(
         &mut self,
         d: &mut ScaleDown,
         input: DownInput<'_>,
@@ -69,14 +69,14 @@ impl World {
     }
 }
 
-fn sent(out: &Out<DownOutcome>) -> (Uuid, Message) {
+pub(super) fn sent(out: &Out<DownOutcome>) -> (Uuid, Message) {
     match out.effects.as_slice() {
         [Effect::Send { node, id, msg }] if node == "c" => (*id, msg.clone()),
         other => panic!("expected one command to c, got {other:?}"),
     }
 }
 
-fn done_msg(cmd: Uuid, result: CommandResult) -> Message {
+pub(super) fn done_msg(cmd: Uuid, result: CommandResult) -> Message {
     Message::Done(Done {
         cmd,
         command: "cmd".into(),
