@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Watch the gearshift bus from Python, following docs/protocol.md only.
 
-Connects over AMQP (pika) or STOMP (stomp.py), binds the given routing patterns
-on the `gearshift` exchange, verifies each message's Ed25519 signature against
+Connects over AMQP (pika) or STOMP 1.2 (stomp.py; RabbitMQ or ActiveMQ, told
+apart by the CONNECTED frame's `server` header), binds the given routing patterns
+on the `gearshift` exchange (ActiveMQ: the `VirtualTopic.gearshift.` topics), verifies each message's Ed25519 signature against
 the trusted public keys (with the `cryptography` package), and prints one JSON
 line per message:
 
@@ -18,6 +19,7 @@ Examples:
         --bind 'report.#' --bind 'decision.#' --trust node:node.pub --trust broker:broker.pub \\
         --want report --want decision
     gearshift_watch.py --stomp 127.0.0.1:61613 --bind 'report.#' --want report
+    gearshift_watch.py --bus "$(cat target/activemq/url)" --bind 'decision.#' --want decision
 """
 
 import argparse
@@ -167,24 +169,63 @@ def run_amqp(w):
     conn.close()
 
 
+def stomp_destinations(flavor):
+    """(subscription destination of a pattern, routing key of a MESSAGE) per
+    broker (docs/protocol.md, section 6)."""
+    if flavor == "activemq":
+        prefix = "/topic/VirtualTopic.gearshift."
+
+        def dest(pattern):
+            # `#` becomes `>` (only as the last word); `*` is the same.
+            return prefix + (pattern[:-1] + ">" if pattern.endswith("#") else pattern)
+
+        def key(headers):
+            # A consumer queue's MESSAGE names the queue in `destination`;
+            # the key is then in `original-destination`. Keys arrive as sent.
+            orig = headers.get("original-destination", "")
+            d = orig if orig.startswith(prefix) and "," not in orig else headers.get("destination", "")
+            return d[len(prefix):] if d.startswith(prefix) else d
+
+        return dest, key
+    prefix = "/exchange/gearshift/"
+
+    def key(headers):
+        d = headers.get("destination", "")
+        # RabbitMQ percent-encodes the routing key in MESSAGE destinations:
+        # `%2E` in a key arrives as `%252E`.
+        return urllib.parse.unquote(d[len(prefix):]) if d.startswith(prefix) else d
+
+    return (lambda pattern: prefix + pattern), key
+
+
 def run_stomp(w):
     import stomp
 
-    host, port = w.args.stomp.rsplit(":", 1)
-    conn = stomp.Connection([(host, int(port))], heartbeats=(10000, 10000))
-    prefix = "/exchange/gearshift/"
+    a = w.args
+    # STOMP 1.2, as gearshift speaks it; RabbitMQ reads `host` as its vhost,
+    # ActiveMQ ignores it.
+    conn = stomp.Connection12(
+        [(a.stomp_host, a.stomp_port)], heartbeats=(10000, 10000), vhost=a.vhost
+    )
+    server = {}
 
     class Listener(stomp.ConnectionListener):
-        def on_message(self, frame):
-            dest = frame.headers.get("destination", "")
-            # RabbitMQ percent-encodes the routing key in MESSAGE destinations
-            # (docs/protocol.md, section 6): `%2E` in a key arrives as `%252E`.
-            key = urllib.parse.unquote(dest[len(prefix):]) if dest.startswith(prefix) else dest
-            w.handle(key, frame.body)
+        def on_connected(self, frame):
+            server["name"] = frame.headers.get("server", "")
 
+        def on_message(self, frame):
+            w.handle(key_of(frame.headers), frame.body)
+
+    key_of = None
     conn.set_listener("watch", Listener())
-    conn.connect(w.args.login, w.args.passcode, wait=True, headers={"host": w.args.vhost})
-    for i, pattern in enumerate(w.args.bind):
+    conn.connect(a.login, a.passcode, wait=True)
+    # The broker names itself in CONNECTED: its flavor, unless --bus named one.
+    detected = "activemq" if server.get("name", "").startswith("ActiveMQ") else "rabbitmq"
+    flavor = a.flavor or detected
+    if a.flavor and a.flavor != detected and server.get("name"):
+        raise SystemExit(f"the bus URL says flavor={a.flavor} but the server is {server['name']}")
+    dest_of, key_of = stomp_destinations(flavor)
+    for i, pattern in enumerate(a.bind):
         # A receipt per SUBSCRIBE tells us the binding exists before we say "ready".
         receipt = f"sub-{i}"
         got = threading.Event()
@@ -195,20 +236,43 @@ def run_stomp(w):
                     got.set()
 
         conn.set_listener(receipt, R())
-        conn.subscribe(prefix + pattern, id=str(i), ack="auto", headers={"receipt": receipt})
+        conn.subscribe(dest_of(pattern), id=str(i), ack="auto", headers={"receipt": receipt})
         if not got.wait(10):
             raise SystemExit(f"no RECEIPT for SUBSCRIBE {pattern}")
         conn.remove_listener(receipt)
-    print(json.dumps({"ready": True, "transport": "stomp"}), flush=True)
-    w.done.wait(w.args.timeout)
+    print(json.dumps({"ready": True, "transport": "stomp", "flavor": flavor}), flush=True)
+    w.done.wait(a.timeout)
     conn.disconnect()
+
+
+def apply_bus_url(args):
+    """--bus URL (the agents' [bus] url) -> the transport's settings."""
+    u = urllib.parse.urlsplit(args.bus)
+    if u.scheme in ("amqp", "amqps"):
+        args.amqp = args.bus
+        return
+    if u.scheme != "stomp":
+        raise SystemExit(f"--bus: unsupported scheme {u.scheme!r} (amqp, amqps, stomp)")
+    args.stomp_host, args.stomp_port = u.hostname or "127.0.0.1", u.port or 61613
+    if u.username is not None:
+        args.login = urllib.parse.unquote(u.username)
+    if u.password is not None:
+        args.passcode = urllib.parse.unquote(u.password)
+    if u.path not in ("", "/"):
+        args.vhost = urllib.parse.unquote(u.path[1:])
+    flavor = urllib.parse.parse_qs(u.query).get("flavor", [None])[0]
+    if flavor not in (None, "rabbitmq", "activemq"):
+        raise SystemExit(f"--bus: unknown flavor {flavor!r} (rabbitmq or activemq)")
+    args.flavor = flavor
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     g = p.add_mutually_exclusive_group(required=True)
+    g.add_argument("--bus", help="the agents' bus URL: amqp://user:pass@host:port/vhost or "
+                   "stomp://user:pass@host:port[/vhost][?flavor=rabbitmq|activemq]")
     g.add_argument("--amqp", help="amqp://user:pass@host:port/vhost")
-    g.add_argument("--stomp", help="host:port of a RabbitMQ STOMP listener")
+    g.add_argument("--stomp", help="host:port of a STOMP listener (RabbitMQ or ActiveMQ)")
     p.add_argument("--login", default="guest")
     p.add_argument("--passcode", default="guest")
     p.add_argument("--vhost", default="/")
@@ -217,6 +281,12 @@ def main():
     p.add_argument("--want", action="append", default=[], help="exit once these kinds were seen verified")
     p.add_argument("--timeout", type=float, default=30.0)
     args = p.parse_args()
+    args.flavor = None
+    if args.bus:
+        apply_bus_url(args)
+    elif args.stomp:
+        host, port = args.stomp.rsplit(":", 1)
+        args.stomp_host, args.stomp_port = host, int(port)
     if not args.bind:
         args.bind = ["report.#", "decision.#", "explain.#", "event.#"]
     w = Watcher(args)

@@ -38,11 +38,35 @@ enum Cmd {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return usage_error(e),
+    };
     match cli.cmd {
         Cmd::Demo(args) => gearshift_sim::demo::main(args),
         Cmd::Bench(args) => gearshift_sim::bench::main(args),
         Cmd::Chaos(args) => gearshift_sim::chaos::main(args),
         Cmd::Replay(args) => gearshift_sim::replay::main(args),
     }
+}
+
+/// A command line clap refused: its message and exit status, and with
+/// `--json` among the arguments also the JSON error object every
+/// subcommand prints on a failure (help and version print as usual).
+fn usage_error(e: clap::Error) -> ExitCode {
+    let json = std::env::args_os().any(|a| a == "--json");
+    if !json || !e.use_stderr() {
+        e.exit();
+    }
+    let name = std::env::args().nth(1).unwrap_or_default();
+    let name = if ["demo", "bench", "chaos"].contains(&name.as_str()) {
+        name
+    } else {
+        String::new()
+    };
+    let message = e.render().to_string();
+    let code = u8::try_from(e.exit_code()).unwrap_or(2);
+    let _ = e.print();
+    gearshift_sim::harness::scenario::json_error(&name, "usage", message.trim_end(), code);
+    ExitCode::from(code)
 }

@@ -57,6 +57,25 @@ pub fn stomp_url() -> String {
         .unwrap_or_else(|_| "stomp://guest:guest@127.0.0.1:61613".into())
 }
 
+/// STOMP URL of the private ActiveMQ of `scripts/setup-activemq`
+/// (`GEARSHIFT_TEST_ACTIVEMQ_URL`, else `target/activemq/url`, which the
+/// script writes). Panics naming the script when neither is there: a test
+/// on ActiveMQ fails loudly, it is never skipped.
+pub fn activemq_url() -> String {
+    if let Ok(u) = std::env::var("GEARSHIFT_TEST_ACTIVEMQ_URL") {
+        return u;
+    }
+    let path = repo_root().join("target/activemq/url");
+    match std::fs::read_to_string(&path) {
+        Ok(u) if !u.trim().is_empty() => u.trim().to_string(),
+        other => panic!(
+            "no ActiveMQ for this test: GEARSHIFT_TEST_ACTIVEMQ_URL is not set and {} \
+             cannot be read ({other:?}); run scripts/setup-activemq",
+            path.display()
+        ),
+    }
+}
+
 /// The real-broker transports every bus-level integration test runs on.
 pub fn real_bus_urls() -> [(&'static str, String); 2] {
     [("amqp", amqp_url()), ("stomp", stomp_url())]

@@ -6,7 +6,7 @@ use std::time::Duration;
 use chrono::Utc;
 use gearshift_bus::{Delivery, OutMessage};
 use gearshift_proto::msg::{AdminReply, Kind, Message, Role};
-use gearshift_proto::{Envelope, Expect, Step};
+use gearshift_proto::{Envelope, Expect, Refusal, Step};
 
 use super::deliveries::{Log, ack};
 use super::{Agent, Result2, RunState};
@@ -27,33 +27,36 @@ impl Agent {
         d: Delivery,
     ) -> Result2<()> {
         let now = Utc::now();
-        let (reply, corr, acts) =
-            match self
+        // One the transport dropped for its size is refused as too_large.
+        let admitted = match &d.too_large {
+            Some(t) => Err(Refusal::oversized(t.size, t.limit)),
+            None => self
                 .gate()
-                .admit_once(&d.payload, REQUESTS, now, &mut st.replay)
-            {
-                Ok(a) => {
-                    let Envelope {
-                        from, corr, msg, ..
-                    } = a.envelope;
-                    let Message::AdminRequest(req) = msg else {
-                        let reply = operator::refused("not an admin.request".into());
-                        return self.answer(core, st, d, (reply, corr), vec![], now).await;
-                    };
-                    let agent = &self.cfg.agent.name;
-                    let (reply, acts) = core.on_operator(&from, req, agent, &st.refused, now);
-                    (reply, corr, acts)
+                .admit_once(&d.payload, REQUESTS, now, &mut st.replay),
+        };
+        let (reply, corr, acts) = match admitted {
+            Ok(a) => {
+                let Envelope {
+                    from, corr, msg, ..
+                } = a.envelope;
+                let Message::AdminRequest(req) = msg else {
+                    let reply = operator::refused("not an admin.request".into());
+                    return self.answer(core, st, d, (reply, corr), vec![], now).await;
+                };
+                let agent = &self.cfg.agent.name;
+                let (reply, acts) = core.on_operator(&from, req, agent, &st.refused, now);
+                (reply, corr, acts)
+            }
+            Err(r) => {
+                self.refuse(st, Log::Admin, &r);
+                if r.step == Step::Decode {
+                    ack(d).await;
+                    return Ok(());
                 }
-                Err(r) => {
-                    self.refuse(st, Log::Admin, &r);
-                    if r.step == Step::Decode {
-                        ack(d).await;
-                        return Ok(());
-                    }
-                    let reply = operator::refused(format!("refused: {}", r.detail));
-                    (reply, r.corr, vec![])
-                }
-            };
+                let reply = operator::refused(format!("refused: {}", r.detail));
+                (reply, r.corr, vec![])
+            }
+        };
         self.answer(core, st, d, (reply, corr), acts, now).await
     }
 

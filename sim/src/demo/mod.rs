@@ -168,6 +168,19 @@ pub enum DemoError {
     Io(String),
 }
 
+impl DemoError {
+    /// A stable label for the JSON error object (`config`, `connect`, ...).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            DemoError::Config(_) => "config",
+            DemoError::Connect { .. } => "connect",
+            DemoError::Fleet(_) => "fleet",
+            DemoError::Broker(_) => "broker",
+            DemoError::Io(_) => "io",
+        }
+    }
+}
+
 /// Runs the demo as the command line does: logging, runtime, Ctrl-C,
 /// output, exit status (0 ok, 1 expectations not met, 2 could not run,
 /// 130 interrupted).
@@ -209,10 +222,7 @@ pub fn main(args: DemoArgs) -> ExitCode {
                     ExitCode::from(1)
                 }
             }
-            Err(e) => {
-                eprintln!("gearshift-sim demo: {e}");
-                ExitCode::from(2)
-            }
+            Err(e) => scenario::fail("demo", args.json, e.kind(), &e.to_string(), 2),
         }
     })
 }

@@ -99,6 +99,14 @@ fn amqp_url_of(url: &str) -> Result<String, String> {
             enc(&passcode),
             enc(&vhost)
         )),
+        BusUrl::Stomp {
+            flavor: StompFlavor::ActiveMq,
+            ..
+        } => Err(
+            "ActiveMQ cannot delete a queue over STOMP (only over JMX or OpenWire): \
+                  the run's queues stay on the broker, empty of its own messages"
+                .into(),
+        ),
         _ => Err("not a RabbitMQ broker reachable over plain AMQP".into()),
     }
 }

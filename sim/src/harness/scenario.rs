@@ -35,10 +35,40 @@ pub fn emit<T: Serialize>(
             true
         }
         Err(e) => {
-            eprintln!("gearshift-sim {name}: {e}");
+            fail(
+                name,
+                true,
+                "output",
+                &format!("cannot write the outcome as JSON: {e}"),
+                2,
+            );
             false
         }
     }
+}
+
+/// Ends subcommand `name` with exit status `code` after an error that kept
+/// it from running (`kind`: `usage`, `connect`, `config`, ...): the message
+/// on stderr, and with `json` also [`json_error`] on stdout.
+pub fn fail(name: &str, json: bool, kind: &str, message: &str, code: u8) -> ExitCode {
+    eprintln!("gearshift-sim {name}: {message}");
+    if json {
+        json_error(name, kind, message, code);
+    }
+    ExitCode::from(code)
+}
+
+/// Prints one JSON error object on stdout,
+/// `{"ok":false,"command":…,"error":{"kind":…,"message":…},"exit_code":…}`,
+/// so that a caller parsing stdout gets an object whatever went wrong.
+pub fn json_error(name: &str, kind: &str, message: &str, code: u8) {
+    let v = serde_json::json!({
+        "ok": false,
+        "command": name,
+        "error": { "kind": kind, "message": message },
+        "exit_code": code,
+    });
+    println!("{v}");
 }
 
 /// Rounds to one decimal, as the reports print their figures.

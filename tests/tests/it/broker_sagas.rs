@@ -1,7 +1,8 @@
 //! The broker agent with real node agents (sim gear runtime) on a real bus:
 //! scale-up into the right district, a full scale-down saga, the abort path
 //! the drain-cancel path and the operator commands, each over the in-process
-//! bus and RabbitMQ (AMQP and STOMP).
+//! bus and RabbitMQ (AMQP and STOMP); `activemq_agents` runs them on
+//! ActiveMQ.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,31 +17,32 @@ use gearshift_sim::fleet::{Keys, NodeSpec, SimCloud, SimFleet};
 use gearshift_tests::broker_harness::{
     DecisionWatch, TestBed, eventually, fast_config, instant_cloud,
 };
-use gearshift_tests::{amqp_url, connect, stomp_url};
+use gearshift_tests::{activemq_url, amqp_url, connect, stomp_url};
 use tokio_util::sync::CancellationToken;
 
-struct Ctx {
-    bed: TestBed,
-    _watch_bus: SharedBus,
-    broker_bus: SharedBus,
-    keys: Keys,
-    fleet: Arc<SimFleet>,
-    cloud: Arc<SimCloud>,
-    cfg: BrokerConfig,
-    watch: DecisionWatch,
-    tag: String,
+pub(crate) struct Ctx {
+    pub(crate) bed: TestBed,
+    pub(crate) _watch_bus: SharedBus,
+    pub(crate) broker_bus: SharedBus,
+    pub(crate) keys: Keys,
+    pub(crate) fleet: Arc<SimFleet>,
+    pub(crate) cloud: Arc<SimCloud>,
+    pub(crate) cfg: BrokerConfig,
+    pub(crate) watch: DecisionWatch,
+    pub(crate) tag: String,
 }
 
-fn url_for(transport: &str, tag: &str) -> String {
+pub(crate) fn url_for(transport: &str, tag: &str) -> String {
     match transport {
         "memory" => format!("memory://{tag}"),
         "amqp" => amqp_url(),
         "stomp" => stomp_url(),
+        "activemq" => activemq_url(),
         other => panic!("unknown transport {other}"),
     }
 }
 
-async fn setup(transport: &str) -> Ctx {
+pub(crate) async fn setup(transport: &str) -> Ctx {
     let bed = TestBed::new("b", |tag| url_for(transport, tag)).await;
     let broker_bus = bed.connect("broker").await;
     let watch_bus = bed.connect("watch").await;
@@ -75,7 +77,7 @@ fn start_broker(c: &Ctx) -> (CancellationToken, tokio::task::JoinHandle<()>) {
     (token, task)
 }
 
-async fn stop(c: &Ctx, token: CancellationToken, task: tokio::task::JoinHandle<()>) {
+pub(crate) async fn stop(c: &Ctx, token: CancellationToken, task: tokio::task::JoinHandle<()>) {
     token.cancel();
     tokio::time::timeout(Duration::from_secs(10), task)
         .await
@@ -88,7 +90,11 @@ async fn stop(c: &Ctx, token: CancellationToken, task: tokio::task::JoinHandle<(
 impl Ctx {
     /// Starts node agents `<tag>-<suffix>` in `district` (100 active gears
     /// each) with their started gears; returns their names.
-    fn nodes<const N: usize>(&self, district: &str, nodes: [(&str, u32); N]) -> [String; N] {
+    pub(crate) fn nodes<const N: usize>(
+        &self,
+        district: &str,
+        nodes: [(&str, u32); N],
+    ) -> [String; N] {
         nodes.map(|(suffix, gears)| {
             let name = format!("{}-{suffix}", self.tag);
             let spec = NodeSpec::new(&name, district, "small", 100).with_gears(gears);
@@ -100,7 +106,7 @@ impl Ctx {
 
 // --------------------------------------------------------------- scale-up
 
-async fn scale_up_lands_in_the_right_district(transport: &str) {
+pub(crate) async fn scale_up_lands_in_the_right_district(transport: &str) {
     let mut c = setup(transport).await;
     c.cfg.policy.compact_threshold = gearshift_broker::perkey::PerKey::off();
     let d1 = format!("{}d1", c.tag);
@@ -148,7 +154,7 @@ async fn broker_scale_up_lands_in_the_right_district_amqp() {
 
 // ------------------------------------------------------------- scale-down
 
-async fn full_scale_down_saga(transport: &str) {
+pub(crate) async fn full_scale_down_saga(transport: &str) {
     let mut c = setup(transport).await;
     c.cfg.group_defaults.min_nodes = 2;
     let d = format!("{}d1", c.tag);
@@ -203,7 +209,7 @@ async fn broker_full_scale_down_saga_amqp() {
 
 // ------------------------------------------------------------------ abort
 
-async fn abort_reactivates_the_node(transport: &str) {
+pub(crate) async fn abort_reactivates_the_node(transport: &str) {
     let mut c = setup(transport).await;
     c.cfg.group_defaults.min_nodes = 2;
     c.cfg.saga.evacuation_attempts = 1;
@@ -257,7 +263,7 @@ async fn broker_abort_reactivates_the_node_amqp() {
 
 // ------------------------------------------------------------ drain cancel
 
-async fn drain_cancel(transport: &str) {
+pub(crate) async fn drain_cancel(transport: &str) {
     let mut c = setup(transport).await;
     c.cfg.group_defaults.min_nodes = 2;
     c.cfg.saga.evacuation_parallelism = 1;
@@ -364,7 +370,7 @@ impl Operator {
     }
 }
 
-async fn operator_commands(transport: &str) {
+pub(crate) async fn operator_commands(transport: &str) {
     let mut c = setup(transport).await;
     c.cfg.policy.compact_threshold = gearshift_broker::perkey::PerKey::off();
     let d = format!("{}d1", c.tag);

@@ -2,8 +2,9 @@
 //! transport: in-process, RabbitMQ over AMQP and over STOMP. Each run must
 //! scale up (the new node joins), complete a scale-down saga, and lose no
 //! gear by the demo's independent inventory. The binary itself is checked
-//! too: `--json` prints exactly one JSON object on stdout, and unmet
-//! expectations give a non-zero exit status.
+//! too: `--json` prints exactly one JSON object on stdout (the summary, or
+//! an error object when the demo could not run), and unmet expectations give
+//! a non-zero exit status. The same demo on ActiveMQ is in `activemq_agents`.
 
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -188,11 +189,39 @@ fn demo_binary_fails_when_the_fleet_cannot_scale_up() {
 
 #[test]
 fn demo_binary_refuses_bad_options() {
-    let (code, out, _) = demo_binary(&["--speed", "9"], &[]);
+    // With --json, every non-zero exit prints one JSON error object on stdout.
+    let (code, out, err) = demo_binary(&["--speed", "9"], &[]);
     assert_eq!(code, Some(2), "clap's usage error");
-    assert!(out.is_empty());
+    let v = one_object(&out);
+    assert_eq!(v["ok"], false, "{v:#}");
+    assert_eq!(v["exit_code"], 2, "{v:#}");
+    assert_eq!(v["error"]["kind"], "usage", "{v:#}");
+    assert!(
+        v["error"]["message"].as_str().unwrap().contains("--speed"),
+        "{v:#}"
+    );
+    assert!(err.contains("--speed"), "{err}");
     let (code, out, err) = demo_binary(&["--bus", "carrier-pigeon://x"], &[]);
     assert_eq!(code, Some(2));
-    assert!(out.is_empty(), "no summary when the demo cannot run: {out}");
+    let v = one_object(&out);
+    assert_eq!(v["ok"], false, "{v:#}");
+    assert_eq!(v["error"]["kind"], "config", "{v:#}");
+    assert!(
+        v["error"]["message"].as_str().unwrap().contains("--bus"),
+        "{v:#}"
+    );
+    assert!(
+        v.get("scale_ups").is_none(),
+        "no summary when it could not run"
+    );
     assert!(err.contains("--bus"), "{err}");
+    // A broker that is not there: a connection error, as an object too.
+    let (code, out, _) = demo_binary(&["--bus", "stomp://u:p@127.0.0.1:1"], &[]);
+    assert_eq!(code, Some(2));
+    let v = one_object(&out);
+    assert_eq!(v["error"]["kind"], "connect", "{v:#}");
+    assert!(
+        !v["error"]["message"].as_str().unwrap().contains(":p@"),
+        "the password is not printed: {v:#}"
+    );
 }

@@ -5,6 +5,7 @@
 //! workspace is linked once for all of them (cargo's advice for large
 //! suites). Each module's own doc says what it tests.
 
+mod activemq_agents;
 mod broker_kill;
 mod broker_reload;
 mod broker_sagas;
@@ -18,6 +19,7 @@ mod handlers_heat_magnum;
 mod handlers_heat_via_node;
 mod handlers_local;
 mod handlers_nova;
+mod heat_user_data;
 mod hostile;
 mod node_cli;
 mod node_commands;

@@ -1,7 +1,8 @@
 //! docs/protocol.md is enough for a third party: a small Python client
 //! (examples/python/gearshift_watch.py, pika or stomp.py plus `cryptography`)
 //! reads a node report and a decision off the real bus and verifies their
-//! signatures, and tells a forged report apart.
+//! signatures, and tells a forged report apart: over AMQP, and over STOMP on
+//! RabbitMQ and on ActiveMQ (given the agents' bus URL, `--bus`).
 
 use std::process::Stdio;
 use std::time::Duration;
@@ -11,7 +12,7 @@ use gearshift_proto::msg::{
     Decision, DecisionKind, DistrictInfo, GearCounts, GroupStats, NodeReport,
 };
 use gearshift_proto::{Envelope, KeyPair, routing};
-use gearshift_tests::{amqp_url, connect, python, repo_root, stomp_url, unique};
+use gearshift_tests::{activemq_url, amqp_url, connect, python, repo_root, stomp_url, unique};
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, BufReader};
 
@@ -75,9 +76,14 @@ async fn start_client(
             cmd.args(["--amqp", &amqp_url()]);
             amqp_url()
         }
-        _ => {
-            cmd.args(["--stomp", "127.0.0.1:61613"]);
+        // The agents' own bus URL, as an operator would pass it.
+        "stomp" => {
+            cmd.args(["--bus", &stomp_url()]);
             stomp_url()
+        }
+        _ => {
+            cmd.args(["--bus", &activemq_url()]);
+            activemq_url()
         }
     };
     cmd.args(["--bind", &format!("report.{district}.#")])
@@ -96,7 +102,16 @@ async fn start_client(
         .kill_on_drop(true);
     let mut child = cmd.spawn().expect("start the Python client");
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    assert_eq!(next(&mut lines).await["ready"], true);
+    let ready = next(&mut lines).await;
+    assert_eq!(ready["ready"], true, "{ready}");
+    if transport != "amqp" {
+        let flavor = if transport == "activemq" {
+            "activemq"
+        } else {
+            "rabbitmq"
+        };
+        assert_eq!(ready["flavor"], flavor, "{ready}");
+    }
     (child, lines, url)
 }
 
@@ -186,4 +201,9 @@ async fn python_pika_client_reads_a_report_and_a_decision() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn python_stomp_client_reads_a_report_and_a_decision() {
     run("stomp").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_stomp_client_on_activemq_reads_a_report_and_a_decision() {
+    run("activemq").await;
 }
