@@ -10,7 +10,7 @@
 use std::path::Path;
 use std::process::Command;
 
-use gearshift_tests::bins::node_binary;
+use gearshift_tests::bins::{node_binary, shipped_config_with_keys};
 use gearshift_tests::repo_root;
 use serde_yaml::Value;
 
@@ -79,8 +79,9 @@ fn run_in_root(script: &str) -> (tempfile::TempDir, std::path::PathBuf) {
     let r = root.path();
     let etc = r.join("etc/gearshift");
     std::fs::create_dir_all(&etc).unwrap();
-    let conf = etc.join("node.toml");
-    std::fs::copy(repo_root().join("conf/node.toml"), &conf).unwrap();
+    // The packaged file with its key paths under the root and the keys it
+    // names written there: the user data's check-config loads them.
+    let conf = shipped_config_with_keys("node", &etc);
     let bin = r.join("bin");
     std::fs::create_dir_all(&bin).unwrap();
     let meta = serde_json::json!({
