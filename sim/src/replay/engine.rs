@@ -135,12 +135,21 @@ impl Run {
         let interval = dur(cfg.policy.interval);
         let first_eval = start + dur(cfg.policy.interval.min(cfg.policy.startup_grace));
         let name = cfg.agent.name.clone();
+        // The replay's world answers every handler's calls (as the demo's
+        // cloud replaces its placeholder): no group runs dry, even one whose
+        // configuration names the `log` handler.
+        let mut names: Vec<String> = cfg.handlers.keys().cloned().collect();
+        names.push("log".into());
+        names.push(cfg.group_defaults.handler.clone());
+        names.extend(cfg.groups.iter().filter_map(|g| g.handler.clone()));
+        let kinds = names.into_iter().map(|n| (n, "replay".into())).collect();
         let mut ids = 0u128;
         // Deterministic ids, distinct in every part an operation id shows.
-        let core = Core::new(Arc::new(cfg), planner, start).with_ids(move || {
+        let mut core = Core::new(Arc::new(cfg), planner, start).with_ids(move || {
             ids += 1;
             uuid::Uuid::from_u128((ids << 96) | ids)
         });
+        core.set_handler_kinds(kinds);
         Ok(Run {
             core,
             world: World::new(&name, opts.cloud.clone(), start),

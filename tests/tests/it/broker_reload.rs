@@ -143,7 +143,15 @@ async fn sighup_rebuilds_handlers_keys_and_listener_or_refuses_naming_the_keys()
         l.contains("reload refused") && l.contains("agent.name")
     })
     .await;
-    let st = reload_status(port2).await;
+    // The status document is rebuilt at its own pace: wait for it.
+    let mut st = reload_status(port2).await;
+    for _ in 0..60 {
+        if st["applied"] == false {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        st = reload_status(port2).await;
+    }
     assert_eq!(st["applied"], false, "{st}");
     assert_eq!(
         st["restart_keys"],
