@@ -182,7 +182,10 @@ async fn a_node_key_speaks_only_for_its_node_and_is_revoked_by_a_reload() {
     )
     .await;
     let log = std::fs::read_to_string(bed.path("broker.log")).unwrap();
-    assert!(log.contains("trusted keys reloaded"), "{log}");
+    assert!(
+        log.contains("new handlers, placement, keys and listener in place"),
+        "{log}"
+    );
     broker.terminate();
     let _ = bus.close().await;
 }
