@@ -172,13 +172,22 @@ async fn sighup_rebuilds_handlers_keys_and_listener_or_refuses_naming_the_keys()
         "the agent stopped on a broken file"
     );
 
-    // 4. The node key removed from nodes.d: the nodes' reports are refused.
-    write_config(&cfg, &path);
+    // 4. The fleet-wide node key no longer trusted: the nodes' reports are
+    // refused.
+    let mut revoked = cfg.clone();
+    revoked
+        .keys
+        .trust
+        .retain(|t| t.role != gearshift_proto::Role::Node);
+    assert!(
+        revoked.keys.trust.len() < cfg.keys.trust.len(),
+        "a node key trusted"
+    );
     let refused_before = scrape(port2)
         .await
         .unwrap()
         .sum("gearshift_broker_refused_total");
-    std::fs::remove_file(bed.keys.nodes_dir().join("node.pub")).expect("the shared node key");
+    write_config(&revoked, &path);
     proc.reload();
     metrics_until(port2, "the second reload applied", |m| {
         m.get("gearshift_broker_config_reloads_total{result=\"applied\"}") == 2.0
