@@ -302,10 +302,20 @@ pub struct Meta {
     /// An operator's pause of the whole fleet (absent from earlier records).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fleet_pause: Option<crate::ops::Pause>,
+    /// The epoch this agent last led with (0: never led); a takeover's
+    /// epoch exceeds it (see [`crate::lead`]).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub epoch: u64,
 }
 
-/// What a restart restores.
-#[derive(Debug, Clone, Default)]
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+/// What a restart restores, and what a leader replicates to its standbys
+/// ([`crate::lead::replica`]).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Restored {
     /// Every journaled operation.
     pub ops: Vec<Op>,

@@ -54,6 +54,9 @@ pub struct Metrics {
     reloads: Family<Labels, Counter>,
     reload_refused: Gauge,
     capacity: Capacity,
+    leader: Family<Labels, Gauge>,
+    epoch: Gauge,
+    takeovers: Counter,
 }
 
 /// The capacity gauges, and the label sets last set (to drop vanished groups).
@@ -110,6 +113,9 @@ impl Metrics {
             reloads: Family::default(),
             reload_refused: Gauge::default(),
             capacity: Capacity::default(),
+            leader: Family::default(),
+            epoch: Gauge::default(),
+            takeovers: Counter::default(),
         };
         m.capacity.register(&mut r);
         r.register("reports", "Node reports accepted", m.reports.clone());
@@ -171,10 +177,39 @@ impl Metrics {
             "1 while the last reload was refused: the file on disk is not what runs",
             m.reload_refused.clone(),
         );
+        r.register(
+            "leader",
+            "1 while this agent leads its cluster, 0 while it stands by",
+            m.leader.clone(),
+        );
+        r.register(
+            "epoch",
+            "The epoch this agent leads with (0 while it stands by)",
+            m.epoch.clone(),
+        );
+        r.register(
+            "takeovers",
+            "Times this agent took over the lead",
+            m.takeovers.clone(),
+        );
         Metrics {
             registry: Arc::new(Mutex::new(r)),
             ..m
         }
+    }
+
+    /// The agent's role: leading with `epoch`, or standing by (`None`).
+    pub fn lead(&self, agent: &str, epoch: Option<u64>) {
+        self.leader
+            .get_or_create(&l(&[("agent", agent)]))
+            .set(i64::from(epoch.is_some()));
+        self.epoch
+            .set(i64::try_from(epoch.unwrap_or(0)).unwrap_or(i64::MAX));
+    }
+
+    /// The agent took over the lead.
+    pub fn takeover(&self) {
+        self.takeovers.inc();
     }
 
     /// A report was accepted.
