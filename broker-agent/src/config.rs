@@ -128,6 +128,20 @@ pub struct AgentSection {
     /// report supersedes them) instead of piling up in the agent's memory.
     /// `0`: no bound (an unacknowledged subscription). Default `50000`.
     pub report_backlog: u32,
+    /// The broker agents that elect one leader among them share this name
+    /// (`docs/ha.md`): their leader queue is `gearshift.broker.leader.<cluster>`,
+    /// their tokens, announcements and replicated journal go on
+    /// `broker.{candidate,leader,journal}.<cluster>`. 1..=64 ASCII letters,
+    /// digits, `-` or `_`. Default `main`.
+    pub cluster: String,
+    /// How often each agent publishes its candidate token, and the leader its
+    /// announcement. Default `1s`.
+    #[serde(with = "duration")]
+    pub lead_period: Duration,
+    /// A leader that got none of its own tokens back for this long steps
+    /// down (at least twice `lead_period`). Default `3s`.
+    #[serde(with = "duration")]
+    pub lead_lease: Duration,
 }
 
 impl Default for AgentSection {
@@ -143,11 +157,31 @@ impl Default for AgentSection {
             placement_queue: gearshift_placement::service::QUEUE.into(),
             placement_key: gearshift_proto::routing::PLACEMENT.into(),
             report_backlog: 50_000,
+            cluster: "main".into(),
+            lead_period: Duration::from_secs(1),
+            lead_lease: Duration::from_secs(3),
         }
     }
 }
 
 impl AgentSection {
+    /// A valid `cluster` made of `tag` (other characters become `_`, at
+    /// most 64): for tests and runs that share one bus.
+    pub fn cluster_of(tag: &str) -> String {
+        let c: String = tag
+            .chars()
+            .take(64)
+            .map(|ch| {
+                if ch.is_ascii_alphanumeric() || ch == '-' {
+                    ch
+                } else {
+                    '_'
+                }
+            })
+            .collect();
+        if c.is_empty() { "_".into() } else { c }
+    }
+
     /// Checks the section; keys in errors start with `agent.`.
     fn check(&self) -> Result<(), Invalid> {
         let name = &self.name;
@@ -171,6 +205,29 @@ impl AgentSection {
                     format!("{v:?}: must be 1..=255 bytes without '/' or control characters"),
                 ));
             }
+        }
+        let c = &self.cluster;
+        if c.is_empty()
+            || c.len() > 64
+            || !c
+                .chars()
+                .all(|ch| ch.is_ascii_alphanumeric() || ch == '-' || ch == '_')
+        {
+            return Err(Invalid::new(
+                "agent.cluster",
+                format!("{c:?}: must be 1..=64 ASCII letters, digits, '-' or '_'"),
+            ));
+        }
+        if self.lead_period < Duration::from_millis(50)
+            || self.lead_period > Duration::from_secs(60)
+        {
+            return Err(Invalid::new("agent.lead_period", "must be 50ms..=60s"));
+        }
+        if self.lead_lease < self.lead_period * 2 {
+            return Err(Invalid::new(
+                "agent.lead_lease",
+                "must be at least twice agent.lead_period",
+            ));
         }
         Ok(())
     }

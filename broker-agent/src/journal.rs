@@ -209,6 +209,44 @@ impl Journal {
     }
 }
 
+impl Journal {
+    /// Replaces everything with `r` in one transaction (a takeover loading
+    /// the replicated journal of the previous leader).
+    pub fn replace(&self, r: &Restored) -> Result<(), JournalError> {
+        self.write(|tx| {
+            let mut ops = tx.open_table(OPS).map_err(|e| self.store(e))?;
+            ops.retain(|_, _| false).map_err(|e| self.store(e))?;
+            for op in &r.ops {
+                ops.insert(op.id.as_str(), json(op).as_slice())
+                    .map_err(|e| self.store(e))?;
+            }
+            let mut groups = tx.open_table(GROUPS).map_err(|e| self.store(e))?;
+            groups.retain(|_, _| false).map_err(|e| self.store(e))?;
+            for (g, s) in &r.groups {
+                groups
+                    .insert(group_key(g).as_str(), json(s).as_slice())
+                    .map_err(|e| self.store(e))?;
+            }
+            let mut marks = tx.open_table(MARKS).map_err(|e| self.store(e))?;
+            marks.retain(|_, _| false).map_err(|e| self.store(e))?;
+            for m in &r.marks {
+                marks.insert(m.as_str(), 1u8).map_err(|e| self.store(e))?;
+            }
+            let mut cordons = tx.open_table(CORDONS).map_err(|e| self.store(e))?;
+            cordons.retain(|_, _| false).map_err(|e| self.store(e))?;
+            for (node, c) in &r.cordons {
+                cordons
+                    .insert(node.as_str(), json(c).as_slice())
+                    .map_err(|e| self.store(e))?;
+            }
+            let mut meta = tx.open_table(META).map_err(|e| self.store(e))?;
+            meta.insert("meta", json(&r.meta).as_slice())
+                .map_err(|e| self.store(e))?;
+            Ok(())
+        })
+    }
+}
+
 /// JSON of a plain data record (cannot fail for these types).
 fn json<T: serde::Serialize>(v: &T) -> Vec<u8> {
     serde_json::to_vec(v).unwrap_or_default()
@@ -283,5 +321,36 @@ mod tests {
         assert!(r.marks.is_empty());
         assert!(r.cordons.is_empty());
         assert!(r.ops.is_empty());
+    }
+
+    #[test]
+    fn replace_writes_a_replicated_journal_exactly() {
+        let dir = tempfile::tempdir().unwrap();
+        let now = DateTime::<Utc>::from_timestamp(1_800_000_000, 0).unwrap();
+        let cfg = Arc::new(BrokerConfig::defaults());
+        let g = GroupKey {
+            district: "d1".into(),
+            profile: "small".into(),
+        };
+        // The leader's journal, as a standby receives it.
+        let mut leader = Core::new(cfg.clone(), Arc::new(NoPlan), now);
+        leader.start_scale_up(&g, "test".into(), now);
+        leader.set_do_not_disrupt("n1", true);
+        leader.set_epoch(42);
+        let replicated: Restored =
+            serde_json::from_value(serde_json::to_value(leader.journaled()).unwrap()).unwrap();
+        // The standby's own, older journal has other records.
+        let j = Journal::open(dir.path()).unwrap();
+        let mut own = Core::new(cfg, Arc::new(NoPlan), now);
+        own.start_scale_up(&g, "stale".into(), now);
+        own.set_do_not_disrupt("n9", true);
+        let ch = own.take_changes();
+        j.commit(&own, &ch).unwrap();
+        j.replace(&replicated).unwrap();
+        let r = j.load().unwrap();
+        assert_eq!(r.ops, replicated.ops);
+        assert_eq!(r.marks, replicated.marks);
+        assert_eq!(r.meta.epoch, 42);
+        assert_eq!(r.groups, replicated.groups);
     }
 }

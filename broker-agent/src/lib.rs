@@ -27,6 +27,9 @@
 //!   time and verified report) and its bounded reader, for what-if replays.
 //! - [`ops`]: the journaled records (operations, group state) and their
 //!   on-disk format; [`journal`]: the durable journal (redb).
+//! - [`lead`]: leader election among the broker agents of one cluster
+//!   (a machine without I/O) and the replicated journal standbys take
+//!   over from (`docs/ha.md`).
 //! - [`planner`]: the evacuation planner interface.
 //! - [`paas`]: the PaaS adapter the sagas call to change OpenShift's
 //!   districts and move gears (`[paas]`: `oo-admin-ctl-district`,
@@ -50,6 +53,7 @@ pub mod explain;
 pub mod fleet;
 pub mod history;
 pub mod journal;
+pub mod lead;
 pub mod metrics;
 pub mod ops;
 pub mod paas;

@@ -129,6 +129,9 @@ pub struct Status {
     /// The last reload (SIGHUP), when there was one since the start.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reload: Option<ReloadStatus>,
+    /// Who leads the agent's cluster, as this agent sees it (`docs/ha.md`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ha: Option<crate::lead::HaStatus>,
 }
 
 /// How the last reload ended.
@@ -179,6 +182,7 @@ impl Status {
             ops: ops_of(core),
             refused: refused.clone(),
             reload: None,
+            ha: None,
         }
     }
 
@@ -195,6 +199,9 @@ impl Status {
             .map(|t| t.format("%Y-%m-%d %H:%M:%S UTC").to_string())
             .unwrap_or_default();
         let _ = writeln!(s, "broker agent {} at {at}", self.agent);
+        if let Some(h) = &self.ha {
+            let _ = writeln!(s, "{}", h.describe());
+        }
         if self.breaker_open {
             let _ = writeln!(
                 s,

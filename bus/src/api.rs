@@ -76,6 +76,15 @@ pub struct QueueSpec {
     ///
     /// [`Bus::consume`]: crate::Bus::consume
     pub max_length: Option<u32>,
+    /// Only one consumer at a time receives the queue's messages: the
+    /// broker picks the active one and hands over to another when it goes
+    /// away (its connection closed or lost). RabbitMQ's
+    /// `x-single-active-consumer` queue argument on AMQP and STOMP,
+    /// `activemq.exclusive:true` on ActiveMQ, native on the memory bus.
+    /// Leader election uses it: whoever receives the candidates' tokens
+    /// is the active consumer. RabbitMQ refuses to change it on an existing
+    /// queue, like [`QueueSpec::max_length`].
+    pub single_active_consumer: bool,
 }
 
 impl QueueSpec {
@@ -86,6 +95,7 @@ impl QueueSpec {
             bindings,
             durability: Durability::Durable,
             max_length: None,
+            single_active_consumer: false,
         }
     }
 
@@ -102,6 +112,13 @@ impl QueueSpec {
     /// first); see [`QueueSpec::max_length`].
     pub fn with_max_length(mut self, max: u32) -> Self {
         self.max_length = Some(max);
+        self
+    }
+
+    /// The same queue, delivering to one consumer at a time; see
+    /// [`QueueSpec::single_active_consumer`].
+    pub fn with_single_active_consumer(mut self) -> Self {
+        self.single_active_consumer = true;
         self
     }
 

@@ -124,6 +124,29 @@ fn matches_from(p: &[&str], k: &[&str]) -> bool {
     }
 }
 
+/// Where broker agents of `cluster` publish their candidate tokens
+/// (`broker.candidate.<cluster>`).
+pub fn lead_token(cluster: &str) -> String {
+    format!("broker.candidate.{cluster}")
+}
+
+/// Where the leader of `cluster` announces itself (`broker.leader.<cluster>`).
+pub fn leader(cluster: &str) -> String {
+    format!("broker.leader.{cluster}")
+}
+
+/// Where the leader of `cluster` publishes its journal
+/// (`broker.journal.<cluster>`).
+pub fn journal(cluster: &str) -> String {
+    format!("broker.journal.{cluster}")
+}
+
+/// The leader queue of `cluster`: durable, one active consumer
+/// (`gearshift.broker.leader.<cluster>`).
+pub fn leader_queue(cluster: &str) -> String {
+    format!("gearshift.broker.leader.{cluster}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -123,6 +123,7 @@ pub fn fast_config(url: &str, state_dir: &Path, handler: &str, tag: &str) -> Bro
     c.agent.name = format!("broker-{tag}");
     c.agent.state_dir = state_dir.to_path_buf();
     c.agent.events_queue = format!("gearshift.test.broker-events.{tag}");
+    c.agent.cluster = gearshift_broker::config::AgentSection::cluster_of(tag);
     c.agent.admin_queue = format!("gearshift.test.broker-admin.{tag}");
     c.agent.admin_key = format!("admin.test.{tag}");
     c.agent.placement_service = false;

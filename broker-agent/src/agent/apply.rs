@@ -26,8 +26,16 @@ impl Agent {
         now: DateTime<Utc>,
     ) -> Result2<()> {
         let ch = core.take_changes();
+        if !st.ha.leading() {
+            // A standby decides nothing: what its warm fleet model would
+            // do is dropped (the journal it loads at takeover is the truth).
+            core.take_history();
+            return Ok(());
+        }
         if !ch.is_empty() {
             self.journal.commit(core, &ch)?;
+            // Replicated before the effects, as journaled before them.
+            self.replicate(core, st).await;
         }
         st.record(core.take_history());
         let changed = !acts.is_empty() || !ch.is_empty();
@@ -57,7 +65,7 @@ impl Agent {
                     id,
                     msg,
                 } => self.send(&node, &corr, id, msg, now).await,
-                Action::StaleEpoch(s) => self.on_stale_epoch(&s),
+                Action::StaleEpoch(s) => self.on_stale_epoch(st, &s),
             }
         }
         // Explanations (those whose content changed, see `crate::explain`)

@@ -40,6 +40,15 @@ impl FleetView for FleetHandle {
     }
 }
 
+/// `ring` with the agent's own key trusted as a broker's, as the election
+/// needs: the agent must recognise its own tokens and journal.
+pub(super) fn with_own_key(mut ring: Keyring, signer: &KeyPair) -> Keyring {
+    if ring.get(signer.id()).is_none() {
+        ring.add(signer.public(), gearshift_proto::Role::Broker, "own key");
+    }
+    ring
+}
+
 /// Builds the trusted keys from a configuration: at start when no keyring is
 /// given, and again on every reload (so that a removed `nodes.d` file
 /// revokes its node at once).
@@ -150,7 +159,7 @@ impl AgentBuilder {
             (None, Some(f)) => f(&self.cfg).map_err(AgentError::Keys)?,
             (None, None) => Keyring::new(),
         };
-        let keyring = Arc::new(keyring);
+        let keyring = Arc::new(with_own_key(keyring, &signer));
         let state_dir = self
             .state_dir
             .unwrap_or_else(|| self.cfg.agent.state_dir.clone());

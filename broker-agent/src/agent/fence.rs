@@ -1,7 +1,7 @@
 //! What the agent does when a node refuses its command as from an older
 //! leader epoch ([`Action::StaleEpoch`](crate::core::Action::StaleEpoch)).
 
-use super::Agent;
+use super::{Agent, RunState};
 use crate::core::StaleEpoch;
 
 impl Agent {
@@ -10,8 +10,11 @@ impl Agent {
     /// (`gearshift_broker_stale_epoch_total`; the core logged it). The
     /// leadership machine steps down here: whatever leads must not go on
     /// deciding with an epoch the nodes refuse.
-    pub(super) fn on_stale_epoch(&self, s: &StaleEpoch) {
+    pub(super) fn on_stale_epoch(&self, st: &mut RunState, s: &StaleEpoch) {
         self.metrics.stale_epoch();
+        if let Some(theirs) = s.theirs.filter(|t| *t > s.ours) {
+            st.ha.stale_epoch_seen(theirs);
+        }
         tracing::debug!(node = %s.node, ours = s.ours, theirs = ?s.theirs, "stale epoch counted");
     }
 }

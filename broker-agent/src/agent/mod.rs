@@ -31,6 +31,7 @@ mod apply;
 mod build;
 mod deliveries;
 mod fence;
+mod ha;
 mod intake;
 mod reload;
 pub mod replay;
@@ -182,6 +183,8 @@ struct RunState {
     trace: Option<crate::trace::Recorder>,
     /// Which explanations are published (changed, or the keep-alive).
     explained: crate::explain::ExplainGate,
+    /// The election: leading or standing by.
+    ha: ha::Ha,
 }
 
 impl RunState {
@@ -214,6 +217,7 @@ impl RunState {
         next_eval: tokio::time::Instant,
         history: Option<crate::history::Sink>,
         replay: replay::PersistedReplay,
+        ha: ha::Ha,
     ) -> Self {
         RunState {
             refused: BTreeMap::new(),
@@ -237,6 +241,7 @@ impl RunState {
             reload: None,
             trace: None,
             explained: crate::explain::ExplainGate::default(),
+            ha,
         }
     }
 }
@@ -295,7 +300,9 @@ impl Agent {
                 .map(|(name, h)| (name.clone(), h.kind().to_string()))
                 .collect(),
         );
-        core.restore(self.journal.load()?);
+        // The journal is loaded when this agent takes the lead (see `ha.rs`);
+        // until then it stands by, its epoch the election's floor.
+        let seen_epoch = self.journal.load()?.meta.epoch;
         let (results_tx, mut results_rx) = mpsc::unbounded_channel::<CallDone>();
         let history = crate::history::Sink::open(&self.state_dir, &self.cfg.history);
         // Requests are refused as stale outside the time window either way:
@@ -303,22 +310,19 @@ impl Agent {
         let window =
             chrono::Duration::minutes(10).max(crate::core::dur(self.cfg.keys.time_window) * 2);
         let replay = replay::PersistedReplay::open(&self.state_dir, window, now);
-        let mut st = RunState::new(results_tx, tokio::time::Instant::now(), history, replay);
+        let ha = ha::Ha::new(ha::timing(&self.cfg.agent), seen_epoch);
+        let mut st = RunState::new(results_tx, tokio::time::Instant::now(), history, replay, ha);
         st.trace = crate::trace::Recorder::open(&self.cfg.trace, &self.state_dir);
         let mut subs = Subs::default();
         self.metrics
             .watch_bus(&self.bus, token.clone(), &self.tracker);
+        self.metrics.lead(&self.cfg.agent.name, None);
         self.ensure_subs(&mut subs).await;
         tracing::info!(
             agent = %self.cfg.agent.name,
-            ops = core.ops().filter(|o| !o.is_done()).count(),
-            "broker agent running"
+            cluster = %self.cfg.agent.cluster,
+            "broker agent running: standing by until it leads"
         );
-        let acts = core.resume(now);
-        self.apply(&mut core, &mut st, acts, now).await?;
-        if self.placement_service && self.cfg.agent.placement_service {
-            self.spawn_placement(token.clone());
-        }
         let first_eval = self.cfg.policy.interval.min(self.cfg.policy.startup_grace);
         st.next_eval = tokio::time::Instant::now() + first_eval;
         self.serve(&mut core, &mut st, &mut subs, &mut results_rx, &token)
@@ -345,6 +349,7 @@ impl Agent {
             tokio::select! {
                 biased;
                 _ = token.cancelled() => return Ok(()),
+                i = subs.ha.next() => self.on_ha(core, st, subs, i, token).await?,
                 Some(done) = results_rx.recv() => self.on_call_done(core, st, done).await?,
                 d = next(&mut subs.events) => match d {
                     Some(d) => {
@@ -425,6 +430,9 @@ impl Agent {
             };
             st.in_flight_calls -= 1;
             self.metrics.handler_call(call, res.label());
+            if !st.ha.leading() {
+                continue;
+            }
             let now = Utc::now();
             let acts = core.on_handler_result(tag, res, now);
             let ch = core.take_changes();

@@ -133,7 +133,10 @@ impl Agent {
         // Keys read from the configuration's files again; keys an embedding
         // program gave stay as they are.
         let keyring = match &self.key_source {
-            Some(f) => Arc::new(f(&new).map_err(|e| Refused::Build(format!("keys: {e}")))?),
+            Some(f) => Arc::new(super::build::with_own_key(
+                f(&new).map_err(|e| Refused::Build(format!("keys: {e}")))?,
+                &self.signer,
+            )),
             None => self.keyring.clone(),
         };
         let ctx = self.handler_context(keyring.clone());

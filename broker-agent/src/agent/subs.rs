@@ -17,21 +17,24 @@ const EVENT_BATCH: usize = 256;
 const REPORT_PREFETCH: u16 = 1024;
 
 /// What the agent consumes; `None` until subscribed (or after the bus ended one).
+/// Only the leader consumes the shared queues (events, admin).
 #[derive(Default)]
 pub(super) struct Subs {
     pub reports: Option<Subscription>,
     pub events: Option<Subscription>,
     pub admin: Option<Subscription>,
     pub pings: Option<Subscription>,
+    pub ha: super::ha::HaSubs,
+    pub leading: bool,
 }
 
 impl Subs {
     /// Whether every subscription is up.
     pub fn complete(&self) -> bool {
         self.reports.is_some()
-            && self.events.is_some()
-            && self.admin.is_some()
             && self.pings.is_some()
+            && self.ha.complete()
+            && (!self.leading || (self.events.is_some() && self.admin.is_some()))
     }
 
     /// `first` and the events already received: they share one journal
@@ -72,16 +75,17 @@ impl Agent {
     /// Subscribes whatever is not subscribed yet; what fails is retried on
     /// the next tick.
     pub(super) async fn ensure_subs(&self, subs: &mut Subs) {
+        self.ensure_ha_subs(&mut subs.ha).await;
         let bus = &self.bus;
         let agent = &self.cfg.agent;
-        if subs.events.is_none() {
+        if subs.leading && subs.events.is_none() {
             let spec = QueueSpec::durable(&agent.events_queue, vec![routing::ALL_EVENTS.into()]);
             match bus.consume(&spec, ConsumeOptions { prefetch: 256 }).await {
                 Ok(s) => subs.events = Some(s),
                 Err(e) => tracing::warn!(error = %e, "cannot consume node events yet; retrying"),
             }
         }
-        if subs.admin.is_none() {
+        if subs.leading && subs.admin.is_none() {
             let spec = QueueSpec::durable(&agent.admin_queue, vec![agent.admin_key.clone()]);
             match bus.consume(&spec, ConsumeOptions { prefetch: 16 }).await {
                 Ok(s) => subs.admin = Some(s),

@@ -23,8 +23,10 @@ impl Agent {
         tick_every: Duration,
     ) -> Result2<()> {
         let now = Utc::now();
-        let acts = core.tick(now);
-        self.apply(core, st, acts, now).await?;
+        if st.ha.leading() {
+            let acts = core.tick(now);
+            self.apply(core, st, acts, now).await?;
+        }
         let due_early = core.evaluation_due().is_some_and(|t| now >= t);
         if due_early || tokio::time::Instant::now() >= st.next_eval {
             st.next_eval = tokio::time::Instant::now() + self.cfg.policy.interval;
@@ -47,6 +49,9 @@ impl Agent {
         st: &mut RunState,
         now: DateTime<Utc>,
     ) -> Result2<()> {
+        if !st.ha.leading() {
+            return Ok(());
+        }
         st.pressure = core.take_pressure_seen();
         let acts = core.evaluate(now);
         self.metrics.evaluation();
@@ -146,6 +151,7 @@ impl Agent {
         self.metrics.refresh(core);
         let mut s = Status::of(core, &self.cfg.agent.name, now, &st.refused);
         s.reload = st.reload.clone();
+        s.ha = Some(st.ha.status(&self.cfg.agent.name, &self.cfg.agent.cluster));
         let _ = self.status_tx.send(Arc::new(s));
         st.status_cost = t.elapsed();
     }

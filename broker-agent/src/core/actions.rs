@@ -359,12 +359,14 @@ pub struct Meta {
     pub epoch: u64,
 }
 
-fn is_zero(e: &u64) -> bool {
-    *e == 0
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
-/// What a restart restores.
-#[derive(Debug, Clone, Default)]
+/// What a restart restores, and what a leader replicates to its standbys
+/// ([`crate::lead::replica`]).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Restored {
     /// Every journaled operation.
     pub ops: Vec<Op>,

@@ -154,6 +154,39 @@ impl Core {
         self.meta = r.meta;
     }
 
+    /// Forgets everything the journal holds, keeping the fleet model warm:
+    /// a leader stepping down (the journal it loads at its next takeover is
+    /// the truth, not what it held when it stopped deciding).
+    pub fn forget_journaled(&mut self) {
+        for node in self.cordons.nodes().keys() {
+            self.fleet.set_cordoned(node, false);
+        }
+        self.ops = Ops::default();
+        self.groups.clear();
+        self.marks = Marks::default();
+        self.cordons = Cordons::default();
+        self.meta = Meta::default();
+        self.changes = Changes::default();
+        self.history.clear();
+        self.eval_due = None;
+        self.pressure_seen = None;
+    }
+
+    /// What the journal holds, as [`Core::restore`] takes it back.
+    pub fn journaled(&self) -> Restored {
+        Restored {
+            ops: self.ops.iter().cloned().collect(),
+            groups: self
+                .groups
+                .iter()
+                .map(|(g, s)| (g.clone(), s.clone()))
+                .collect(),
+            marks: self.marks.nodes().clone(),
+            cordons: self.cordons.nodes().clone(),
+            meta: self.meta.clone(),
+        }
+    }
+
     /// Replaces the configuration (SIGHUP).
     pub fn set_config(&mut self, cfg: Arc<BrokerConfig>) {
         self.cfg = cfg;

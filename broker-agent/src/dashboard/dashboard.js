@@ -208,6 +208,19 @@ function renderJournal(snap, now) {
   }));
 }
 
+// Who leads the cluster (docs/ha.md): this agent, or another one it heard.
+function renderLead(ha) {
+  const l = document.getElementById("lead");
+  if (!ha) { l.textContent = ""; l.className = ""; return; }
+  if (ha.role === "leader") {
+    l.textContent = "leader of " + ha.cluster + " (epoch " + ha.epoch + ")";
+    l.className = "pill ok";
+  } else {
+    l.textContent = "standby" + (ha.leader ? ": " + ha.leader + " leads " + ha.cluster : ": no leader heard");
+    l.className = "pill " + (ha.leader ? "warn" : "bad");
+  }
+}
+
 function render(snap) {
   const s = snap.status;
   const now = Date.parse(snap.at);
@@ -216,6 +229,7 @@ function render(snap) {
   b.textContent = s.breaker_open ? "BREAKER OPEN: scaling stopped" : s.paused ? "PAUSED: " + s.paused : "scaling enabled";
   b.className = "pill " + (s.breaker_open || s.paused ? "bad" : "ok");
   set("updated", "updated " + clock(snap.at));
+  renderLead(s.ha);
   renderCards(s, snap);
   renderGroups(s);
   renderOps(s, now);

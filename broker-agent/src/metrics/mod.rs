@@ -55,6 +55,9 @@ pub struct Metrics {
     reload_refused: Gauge,
     stale_epoch: Counter,
     capacity: Capacity,
+    leader: Family<Labels, Gauge>,
+    epoch: Gauge,
+    takeovers: Counter,
 }
 
 /// The capacity gauges, and the label sets last set (to drop vanished groups).
@@ -112,6 +115,9 @@ impl Metrics {
             reload_refused: Gauge::default(),
             stale_epoch: Counter::default(),
             capacity: Capacity::default(),
+            leader: Family::default(),
+            epoch: Gauge::default(),
+            takeovers: Counter::default(),
         };
         m.capacity.register(&mut r);
         r.register("reports", "Node reports accepted", m.reports.clone());
@@ -178,10 +184,39 @@ impl Metrics {
             "Commands nodes refused as older than the newest leader epoch they have seen (this agent was deposed or is behind)",
             m.stale_epoch.clone(),
         );
+        r.register(
+            "leader",
+            "1 while this agent leads its cluster, 0 while it stands by",
+            m.leader.clone(),
+        );
+        r.register(
+            "epoch",
+            "The epoch this agent leads with (0 while it stands by)",
+            m.epoch.clone(),
+        );
+        r.register(
+            "takeovers",
+            "Times this agent took over the lead",
+            m.takeovers.clone(),
+        );
         Metrics {
             registry: Arc::new(Mutex::new(r)),
             ..m
         }
+    }
+
+    /// The agent's role: leading with `epoch`, or standing by (`None`).
+    pub fn lead(&self, agent: &str, epoch: Option<u64>) {
+        self.leader
+            .get_or_create(&l(&[("agent", agent)]))
+            .set(i64::from(epoch.is_some()));
+        self.epoch
+            .set(i64::try_from(epoch.unwrap_or(0)).unwrap_or(i64::MAX));
+    }
+
+    /// The agent took over the lead.
+    pub fn takeover(&self) {
+        self.takeovers.inc();
     }
 
     /// A report was accepted.

@@ -97,9 +97,11 @@ impl Topology {
                 bindings: vec![],
                 durability: spec.durability,
                 max_length: spec.max_length,
+                single_active_consumer: spec.single_active_consumer,
             });
         entry.durability = spec.durability;
         entry.max_length = spec.max_length;
+        entry.single_active_consumer = spec.single_active_consumer;
         for b in &spec.bindings {
             if !entry.bindings.contains(b) {
                 entry.bindings.push(b.clone());
@@ -196,7 +198,8 @@ fn failure(e: lapin::Error, endpoint: &str, context: &str) -> Failure {
     Failure { err, locked }
 }
 
-/// The optional arguments of a queue declaration: its length bound.
+/// The optional arguments of a queue declaration: its length bound and
+/// single active consumer.
 fn queue_arguments(spec: &QueueSpec) -> FieldTable {
     let mut args = FieldTable::default();
     if let Some(max) = spec.max_length {
@@ -208,6 +211,9 @@ fn queue_arguments(spec: &QueueSpec) -> FieldTable {
             "x-overflow".into(),
             AMQPValue::LongString("drop-head".into()),
         );
+    }
+    if spec.single_active_consumer {
+        args.insert("x-single-active-consumer".into(), AMQPValue::Boolean(true));
     }
     args
 }

@@ -191,6 +191,7 @@ impl MemoryBus {
         let q = st.queues.entry(spec.name.clone()).or_insert_with(|| Queue {
             durability: spec.durability,
             max_length: spec.max_length,
+            single_active: spec.single_active_consumer,
             bindings: vec![],
             owner: (spec.durability == Durability::Transient).then_some(self.conn),
             ready: VecDeque::new(),
@@ -209,6 +210,12 @@ impl MemoryBus {
             return Err(BusError::Server(format!(
                 "queue {} exists with max_length {:?}",
                 spec.name, q.max_length
+            )));
+        }
+        if q.single_active != spec.single_active_consumer {
+            return Err(BusError::Server(format!(
+                "queue {} exists with single_active_consumer {}",
+                spec.name, q.single_active
             )));
         }
         for b in &spec.bindings {

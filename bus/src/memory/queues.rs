@@ -35,6 +35,9 @@ pub(super) struct Consumer {
 pub(super) struct Queue {
     pub(super) durability: Durability,
     pub(super) max_length: Option<u32>,
+    /// Only the first live consumer receives (see
+    /// [`crate::QueueSpec::single_active_consumer`]).
+    pub(super) single_active: bool,
     pub(super) bindings: Vec<String>,
     pub(super) owner: Option<u64>,
     pub(super) ready: VecDeque<Stored>,
@@ -132,7 +135,13 @@ pub(super) fn dispatch(inner: &Arc<Inner>, st: &mut State, name: &str) {
             continue;
         }
         let n = q.consumers.len();
-        let Some(idx) = (0..n).map(|i| (q.next_consumer + i) % n).find(|&i| {
+        // A single-active-consumer queue delivers to its oldest consumer only.
+        let order: Vec<usize> = if q.single_active {
+            vec![0]
+        } else {
+            (0..n).map(|i| (q.next_consumer + i) % n).collect()
+        };
+        let Some(idx) = order.into_iter().find(|&i| {
             let c = &q.consumers[i];
             !c.waiting && (c.auto_ack || c.in_flight < c.prefetch)
         }) else {

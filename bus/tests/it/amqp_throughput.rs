@@ -31,6 +31,7 @@ async fn publish_throughput() {
         bindings: vec![format!("{t}.#")],
         durability: gearshift_bus::Durability::Transient,
         max_length: None,
+        single_active_consumer: false,
     };
     bus.declare_queue(&spec).await.unwrap();
     let payload = vec![b'x'; 512];

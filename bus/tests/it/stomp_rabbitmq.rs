@@ -103,6 +103,7 @@ async fn transient_queue_is_exclusive_to_its_connection() {
         bindings: vec![],
         durability: gearshift_bus::Durability::Transient,
         max_length: None,
+        single_active_consumer: false,
     };
     let sub = bus
         .consume(&reply, ConsumeOptions::default())

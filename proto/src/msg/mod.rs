@@ -9,6 +9,7 @@ mod command;
 mod decision;
 mod event;
 pub mod fence;
+mod lead;
 mod placement;
 mod report;
 
@@ -17,6 +18,7 @@ pub use command::*;
 pub use decision::*;
 pub use event::*;
 pub use fence::STALE_EPOCH;
+pub use lead::*;
 pub use placement::*;
 pub use report::*;
 
@@ -175,6 +177,12 @@ kinds! {
     AdminRequest(AdminRequest) = "admin.request", roles [Operator, Broker];
     /// `admin.reply`: the broker agent's answer to an operator command.
     AdminReply(AdminReply) = "admin.reply", roles [Broker];
+    /// `lead.token`: a broker agent's candidacy for leadership.
+    LeadToken(LeadToken) = "lead.token", roles [Broker];
+    /// `leader`: the leading broker agent's announcement.
+    Leader(LeaderAnnouncement) = "leader", roles [Broker];
+    /// `journal.snapshot`: the leader's journal, replicated to standbys.
+    JournalSnapshot(JournalSnapshot) = "journal.snapshot", roles [Broker];
 }
 
 impl Kind {

@@ -30,7 +30,11 @@
 //!   the handler's request log.
 //! - `rounds`: one round: saga, fault, end of the saga, inventory checks.
 //! - `outage`: the bus outage and its reconnection checks.
+//! - `ha`: the high-availability campaign (`--brokers 3`): three broker
+//!   agents, the leader killed or cut off at random points of drains and
+//!   scale-ups, failover times measured.
 
+mod ha;
 mod outage;
 mod rounds;
 mod world;
@@ -75,6 +79,11 @@ pub struct ChaosArgs {
     /// Keep the run's directory.
     #[arg(long)]
     pub keep: bool,
+    /// Broker agents: with more than one, the high-availability campaign
+    /// (`ha.rs`): the leader SIGKILLed twice per round, or killed once and
+    /// its connection closed, during drains and scale-ups.
+    #[arg(long, default_value_t = 1)]
+    pub brokers: usize,
 }
 
 impl ChaosArgs {
@@ -90,6 +99,7 @@ impl ChaosArgs {
             node_bin: None,
             rabbitmqctl: "rabbitmqctl".into(),
             keep: false,
+            brokers: 1,
         }
     }
 }
@@ -150,6 +160,10 @@ pub struct ChaosReport {
     pub seed: u64,
     /// Wall time, s.
     pub elapsed_s: f64,
+    /// Failover times (high-availability campaign): from the leader's
+    /// SIGKILL or closed connection to the next leader's first
+    /// announcement, in ms.
+    pub failover_ms: Vec<u64>,
 }
 
 impl ChaosReport {
@@ -199,6 +213,15 @@ impl ChaosReport {
             self.checks,
             self.elapsed_s
         ));
+        if !self.failover_ms.is_empty() {
+            let mut v: Vec<f64> = self.failover_ms.iter().map(|&x| x as f64).collect();
+            let p50 = crate::harness::metrics::quantile(&mut v, 0.5).unwrap_or(0.0);
+            let max = self.failover_ms.iter().max().copied().unwrap_or(0);
+            s.push_str(&format!(
+                "{} failovers: p50 {p50:.0} ms, max {max} ms\n",
+                self.failover_ms.len()
+            ));
+        }
         s
     }
 }
@@ -217,6 +240,7 @@ pub async fn run(args: ChaosArgs) -> anyhow::Result<ChaosReport> {
         ..Default::default()
     };
     let result = match w.boot_initial().await {
+        Ok(()) if args.brokers > 1 => ha::campaign(&args, &mut w, &mut rng, &mut report).await,
         Ok(()) => rounds::campaign(&args, &mut w, &mut rng, &mut report, &mut watch).await,
         Err(e) => Err(e),
     };

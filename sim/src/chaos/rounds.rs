@@ -57,7 +57,7 @@ pub(super) async fn campaign(
 
 /// Starts the round's saga: a scale-up (every live node filled over the
 /// threshold) or an operator evacuation of one node; returns that node.
-async fn start_saga(w: &mut World, fault: Fault) -> anyhow::Result<Option<String>> {
+pub(super) async fn start_saga(w: &mut World, fault: Fault) -> anyhow::Result<Option<String>> {
     if fault == Fault::KillBrokerScaleUp {
         // Fill every live node to 9 of 10 active gears: over 90 %.
         let roots: Vec<(PathBuf, usize)> = w
@@ -109,7 +109,7 @@ async fn evacuate(w: &mut World, v: &str) -> anyhow::Result<()> {
     let mut attempt = 0;
     loop {
         let r = w
-            .broker
+            .broker()
             .admin(
                 AdminRequest::Evacuate {
                     node: v.to_string(),
@@ -151,8 +151,8 @@ async fn inject(
 ) -> anyhow::Result<()> {
     match fault {
         Fault::KillBrokerDrain | Fault::KillBrokerScaleUp => {
-            w.broker.proc.kill();
-            w.broker.proc.start()?;
+            w.brokers[0].proc.kill();
+            w.brokers[0].proc.start()?;
         }
         Fault::KillNode => {
             let v = victim.unwrap_or_default();
@@ -179,7 +179,7 @@ async fn inject(
 }
 
 /// The saga the round started ends (done or aborted) before its deadline.
-async fn saga_ended_check(
+pub(super) async fn saga_ended_check(
     w: &mut World,
     round: usize,
     report: &mut ChaosReport,
@@ -229,7 +229,7 @@ async fn saga_ended_check(
 
 /// Every gear exists exactly once on a live node; no operation asked the
 /// cloud twice.
-fn inventory_checks(w: &World, round: usize, report: &mut ChaosReport) {
+pub(super) fn inventory_checks(w: &World, round: usize, report: &mut ChaosReport) {
     let mut at: BTreeMap<String, Vec<String>> = BTreeMap::new();
     let mut lost_on_removed = vec![];
     for n in &w.nodes {

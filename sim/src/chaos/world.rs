@@ -46,8 +46,9 @@ pub(super) struct World {
     tag: String,
     district: String,
     node_bin: PathBuf,
-    keys: Keys,
-    pub(super) broker: BrokerProc,
+    pub(super) keys: Keys,
+    /// The broker agents (one, or the cluster of the HA campaign).
+    pub(super) brokers: Vec<BrokerProc>,
     pub(super) nodes: Vec<Node>,
     pub(super) requests: RequestLog,
     pub(super) expected_gears: BTreeSet<String>,
@@ -111,17 +112,35 @@ impl World {
             decisions: control.subscribe(routing::ALL_DECISIONS).await?,
             reports: control.subscribe(routing::ALL_REPORTS).await?,
         };
-        let mut broker = BrokerProc::new(
-            &broker_bin,
-            cfg,
-            dir,
-            control,
-            keys.operator_keys(),
-            "gearshift-sim-chaos",
-        )?
-        .env("RUST_LOG", "info");
-        broker.proc.start()?;
-        broker.wait_ready().await?;
+        let mut brokers = vec![];
+        for i in 0..args.brokers.max(1) {
+            let mut c = cfg.clone();
+            let bdir = if args.brokers > 1 {
+                c.agent.name = format!("{}-{i}", cfg.agent.name);
+                let d = dir.join(format!("b{i}"));
+                c.agent.state_dir = d.join("broker-state");
+                c.metrics.listen = Some(std::net::SocketAddr::from((
+                    [127, 0, 0, 1],
+                    metrics::free_port()?,
+                )));
+                std::fs::create_dir_all(&d)?;
+                d
+            } else {
+                dir.to_path_buf()
+            };
+            let mut b = BrokerProc::new(
+                &broker_bin,
+                c,
+                &bdir,
+                control.clone(),
+                keys.operator_keys(),
+                "gearshift-sim-chaos",
+            )?
+            .env("RUST_LOG", "info");
+            b.proc.start()?;
+            brokers.push(b);
+        }
+        brokers[0].wait_ready().await?;
         let w = World {
             dir: dir.to_path_buf(),
             url: args.bus.clone(),
@@ -129,7 +148,7 @@ impl World {
             district: format!("{tag}-d1"),
             node_bin,
             keys,
-            broker,
+            brokers,
             nodes: vec![],
             requests,
             expected_gears: BTreeSet::new(),
@@ -156,14 +175,16 @@ impl World {
         for n in &mut self.nodes {
             n.proc.terminate(Duration::from_secs(10));
         }
-        self.broker.proc.terminate(Duration::from_secs(10));
+        for b in &mut self.brokers {
+            b.proc.terminate(Duration::from_secs(10));
+        }
         let mut queues: Vec<String> = self
             .nodes
             .iter()
             .map(|n| routing::node_queue(&n.name))
             .collect();
         queues.sort();
-        queues.extend(self.broker.queues());
+        queues.extend(self.broker().queues());
         bus::cleanup_queues(&self.url, &queues).await;
     }
 
@@ -295,8 +316,14 @@ impl World {
         Ok(())
     }
 
+    /// The first broker agent: admin requests through it reach whichever
+    /// agent leads (they share the admin queue).
+    pub(super) fn broker(&self) -> &BrokerProc {
+        &self.brokers[0]
+    }
+
     pub(super) async fn status(&self) -> Option<Status> {
-        self.broker.status().await
+        self.broker().status().await
     }
 
     /// Runs the cloud until `f` holds or `within` passes; true when it
@@ -308,8 +335,11 @@ impl World {
         let deadline = Instant::now() + within;
         while Instant::now() < deadline {
             self.poll_cloud()?;
-            if !self.broker.proc.running() {
-                bail!("the broker agent died:\n{}", self.broker.proc.log_tail(40));
+            if !self.brokers.iter_mut().any(|b| b.proc.running()) {
+                bail!(
+                    "the broker agent died:\n{}",
+                    self.brokers[0].proc.log_tail(40)
+                );
             }
             if let Some(s) = self.status().await
                 && f(&s)

@@ -68,6 +68,7 @@ pub fn complete_broker(mut c: BrokerConfig, s: &BrokerSetup<'_>) -> Result<Broke
     c.agent.name = s.name.to_string();
     c.agent.state_dir = s.state_dir.to_path_buf();
     c.agent.events_queue = format!("gearshift.demo.{}.broker-events", s.tag);
+    c.agent.cluster = gearshift_broker::config::AgentSection::cluster_of(s.tag);
     c.agent.admin_queue = format!("gearshift.demo.{}.broker-admin", s.tag);
     c.agent.admin_key = format!("admin.request.demo.{}", s.tag);
     c.agent.placement_service = false;

@@ -330,6 +330,7 @@ pub(super) async fn start_placement(
             bindings: vec![key.clone()],
             durability: Durability::Transient,
             max_length: None,
+            single_active_consumer: false,
         },
         fleet: Some(Arc::new(move || candidates(&status.borrow()))),
         ready: Some(ready.clone()),

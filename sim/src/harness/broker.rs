@@ -24,6 +24,7 @@ pub fn process_config(url: &str, dir: &Path, keys: &Keys, tag: &str, port: u16) 
     c.agent.name = format!("broker-{tag}");
     c.agent.state_dir = dir.join("broker-state");
     c.agent.events_queue = format!("gearshift.bench.events.{tag}");
+    c.agent.cluster = gearshift_broker::config::AgentSection::cluster_of(tag);
     c.agent.admin_queue = format!("gearshift.bench.admin.{tag}");
     c.agent.admin_key = format!("admin.bench.{tag}");
     c.agent.placement_service = false;
@@ -181,6 +182,7 @@ impl BrokerProc {
         vec![
             self.cfg.agent.events_queue.clone(),
             self.cfg.agent.admin_queue.clone(),
+            gearshift_proto::routing::leader_queue(&self.cfg.agent.cluster),
         ]
     }
 }

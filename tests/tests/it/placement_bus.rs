@@ -83,6 +83,7 @@ async fn start(url: &str, cfg: PlacementConfig) -> Harness {
             bindings: vec![key.clone()],
             durability: Durability::Transient,
             max_length: None,
+            single_active_consumer: false,
         },
         ready: Some(ready.clone()),
         ..Default::default()
@@ -345,6 +346,7 @@ async fn wrong_role_is_refused(url: &str) {
                 bindings: vec![key.clone()],
                 durability: Durability::Transient,
                 max_length: None,
+                single_active_consumer: false,
             },
             ready: Some(ready.clone()),
             ..Default::default()

@@ -367,6 +367,9 @@ fn rabbitmq_subscribes(spec: &QueueSpec) -> Vec<QueueSubscribe> {
             h.push(("x-max-length".to_string(), max.to_string()));
             h.push(("x-overflow".to_string(), "drop-head".to_string()));
         }
+        if spec.single_active_consumer {
+            h.push(("x-single-active-consumer".to_string(), "true".to_string()));
+        }
         h
     };
     if spec.bindings.is_empty() {
@@ -393,9 +396,15 @@ fn activemq_subscribes(spec: &QueueSpec) -> Result<Vec<QueueSubscribe>, BusError
             spec.name
         )));
     }
+    // One consumer at a time: ActiveMQ's exclusive consumer.
+    let exclusive = if spec.single_active_consumer {
+        vec![("activemq.exclusive".to_string(), "true".to_string())]
+    } else {
+        vec![]
+    };
     let plain = |destination: String| QueueSubscribe {
         destination,
-        headers: vec![],
+        headers: exclusive.clone(),
     };
     if spec.bindings.is_empty() {
         return Ok(vec![plain(match spec.durability {

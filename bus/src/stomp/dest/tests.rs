@@ -72,6 +72,7 @@ fn rabbitmq_queue_declarations() {
         bindings: vec![],
         durability: Durability::Transient,
         max_length: None,
+        single_active_consumer: false,
     };
     let subs = queue_subscribes(RabbitMq, &reply).unwrap();
     assert_eq!(subs[0].destination, "/queue/gearshift.reply.abc");

@@ -164,6 +164,7 @@ async fn dropped_subscriptions_are_not_restored_after_a_reconnect() {
         bindings: vec![format!("{t}.watch")],
         durability: Durability::Transient,
         max_length: None,
+        single_active_consumer: false,
     };
     let durable_sub = bus.consume(&spec, ConsumeOptions::default()).await.unwrap();
     let transient_sub = bus

@@ -16,6 +16,7 @@
 
 mod cases;
 mod durability;
+mod election;
 pub(crate) mod harness;
 
 macro_rules! conformance {
@@ -23,7 +24,7 @@ macro_rules! conformance {
         mod $module {
             #[allow(unused_imports)]
             use super::harness::*;
-            use super::{cases, durability};
+            use super::{cases, durability, election};
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn pubsub_by_pattern() {
@@ -71,6 +72,10 @@ macro_rules! conformance {
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn a_bounded_queue_keeps_the_newest() {
                 cases::a_bounded_queue_keeps_the_newest(&$harness).await;
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn single_active_consumer_hands_over() {
+                election::single_active_consumer_hands_over(&$harness).await;
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn oversized_and_invalid_inputs_are_refused() {
