@@ -66,7 +66,9 @@ impl Core {
     }
 
     /// A node's event about one of our commands (already authenticated),
-    /// `sent` at the envelope's `ts` (the node's clock).
+    /// `sent` at the envelope's `ts` (the node's clock). A `stale_epoch`
+    /// refusal is not the operation's business: it becomes
+    /// [`Action::StaleEpoch`] (`fence.rs`).
     pub fn on_event(
         &mut self,
         from: &str,
@@ -75,6 +77,11 @@ impl Core {
         sent: DateTime<Utc>,
         now: DateTime<Utc>,
     ) -> Vec<Action> {
+        if let Message::Refused(r) = msg
+            && let Some(a) = self.stale_epoch(from, r)
+        {
+            return vec![a];
+        }
         let Some(corr) = corr else {
             return vec![];
         };
