@@ -57,7 +57,13 @@ impl Agent {
             match admit_delivery(&self.gate(), d, EVENTS, now) {
                 Ok(a) if a.envelope.kind().is_node_event() => {
                     let env = a.envelope;
-                    acts.extend(core.on_event(&env.from, env.corr.as_deref(), &env.msg, now));
+                    acts.extend(core.on_event(
+                        &env.from,
+                        env.corr.as_deref(),
+                        &env.msg,
+                        env.ts,
+                        now,
+                    ));
                 }
                 Ok(_) => {}
                 Err(r) => self.refuse(st, Log::Events, &r),

@@ -55,7 +55,7 @@ impl Agent {
         let intervals = core.config().policy.stale_after_intervals;
         let (news, rest): (Vec<_>, Vec<_>) = reports
             .into_iter()
-            .partition(|(_, r)| core.fleet().is_news(r, now, intervals));
+            .partition(|a| core.fleet().is_news(&a.report, now, intervals));
         for r in news {
             self.take_report(core, st, r, now).await?;
             self.evaluate_if_due(core, st).await?;
@@ -79,7 +79,7 @@ impl Agent {
         st: &mut RunState,
         d: &Delivery,
         now: DateTime<Utc>,
-    ) -> Option<(Uuid, NodeReport)> {
+    ) -> Option<Admitted> {
         let env = match admit_delivery(&self.gate(), d, REPORTS, now) {
             Ok(a) => a.envelope,
             Err(r) => {
@@ -87,7 +87,7 @@ impl Agent {
                 return None;
             }
         };
-        let (id, from) = (env.id, env.from);
+        let (id, from, sent) = (env.id, env.from, env.ts);
         let Message::Report(report) = env.msg else {
             return None;
         };
@@ -96,7 +96,7 @@ impl Agent {
             self.refuse(st, Log::Reports, &after_gate(id, from, "identity", &detail));
             return None;
         }
-        Some((id, report))
+        Some(Admitted { id, sent, report })
     }
 
     /// An admitted report into the core, its actions carried out.
@@ -104,14 +104,14 @@ impl Agent {
         &self,
         core: &mut Core,
         st: &mut RunState,
-        (id, report): (Uuid, NodeReport),
+        Admitted { id, sent, report }: Admitted,
         now: DateTime<Utc>,
     ) -> Result2<()> {
         let node = report.node.clone();
         if let Some(t) = st.trace.as_mut() {
             t.record(now, &report);
         }
-        match core.on_report(report, now) {
+        match core.on_report(report, sent, now) {
             Ok(acts) => {
                 self.metrics.report();
                 self.apply(core, st, acts, now).await
@@ -133,6 +133,15 @@ impl Agent {
         }
         Ok(())
     }
+}
+
+/// A report through the gate.
+struct Admitted {
+    /// Its envelope's id.
+    id: Uuid,
+    /// Its envelope's `ts`: when the node sent it, by its clock.
+    sent: DateTime<Utc>,
+    report: NodeReport,
 }
 
 /// A report no newer than the fleet's, refused without verifying it (so

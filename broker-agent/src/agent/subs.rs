@@ -109,8 +109,9 @@ impl Agent {
     }
 
     /// Reports through a queue of our own bounded to `report_backlog` (the
-    /// oldest are dropped when the agent falls behind), or a plain
-    /// subscription when the bound is off or the bus cannot bind a queue.
+    /// oldest are dropped when the agent falls behind; on ActiveMQ a topic
+    /// subscription with that pending limit), acknowledged once applied; or
+    /// a plain subscription when the bound is off or the bus refuses it.
     async fn subscribe_reports(&self) -> Result<Subscription, BusError> {
         let backlog = self.cfg.agent.report_backlog;
         if backlog > 0 {
@@ -126,8 +127,8 @@ impl Agent {
                 prefetch: REPORT_PREFETCH,
             };
             match self.bus.consume(&spec, opts).await {
-                // A bus that cannot bind a queue of its own (ActiveMQ over
-                // STOMP) keeps the plain subscription.
+                // A bus that cannot bound a queue of its own keeps the
+                // plain subscription.
                 Err(BusError::Invalid(why)) => {
                     tracing::warn!(
                         reason = %why,

@@ -190,7 +190,9 @@ mod tests {
             detail: "cmd.deactivate of leader epoch 4: this node has seen epoch 6".into(),
             epoch: Some(6),
         });
-        let a = h.core.on_event("c", Some(op.as_str()), &refused, h.now);
+        let a = h
+            .core
+            .on_event("c", Some(op.as_str()), &refused, h.now, h.now);
         let [Action::StaleEpoch(s)] = &a[..] else {
             panic!("{a:?}")
         };
@@ -207,7 +209,7 @@ mod tests {
             detail: "12 refused since …".into(),
             epoch: None,
         });
-        let a = h.core.on_event("c", None, &summary, h.now);
+        let a = h.core.on_event("c", None, &summary, h.now, h.now);
         assert!(matches!(&a[..], [Action::StaleEpoch(s)] if s.cmd.is_none() && s.theirs.is_none()));
         // Any other refusal is still the saga's.
         let other = Message::Refused(Refused {
@@ -216,7 +218,8 @@ mod tests {
             detail: "x".into(),
             epoch: None,
         });
-        h.core.on_event("c", Some(op.as_str()), &other, h.now);
+        h.core
+            .on_event("c", Some(op.as_str()), &other, h.now, h.now);
         assert_ne!(down(&h, &op), before);
     }
 }

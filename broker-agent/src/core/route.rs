@@ -6,16 +6,18 @@ use gearshift_proto::msg::{Message, NodeReport};
 use super::Core;
 use super::actions::{Action, CallResult, CallTag};
 use super::exhaustion::SupplyInput;
-use super::scale_down::{DownEnd, DownInput};
+use super::scale_down::{DownEnd, DownInput, Seen};
 use super::scale_up::{self, Sighting, UpInput};
 use crate::fleet::ReportRejected;
 use crate::ops::{OpBody, OpId};
 
 impl Core {
-    /// A node's report (already authenticated: signature, role, identity).
+    /// A node's report (already authenticated: signature, role, identity),
+    /// `sent` at the envelope's `ts` (the node's clock).
     pub fn on_report(
         &mut self,
         report: NodeReport,
+        sent: DateTime<Utc>,
         now: DateTime<Utc>,
     ) -> Result<Vec<Action>, ReportRejected> {
         let node = report.node.clone();
@@ -46,7 +48,11 @@ impl Core {
         // A draining node that may show itself empty.
         if let Some(op) = self.ops.saga_of(&node) {
             let id = op.id.clone();
-            let report = DownInput::Report { total_gears, busy };
+            let report = DownInput::Report(Seen {
+                sent,
+                total_gears,
+                busy,
+            });
             out.extend(self.drive_down(&id, report, now));
         }
         // React quickly when a group goes over a scale-up threshold.
@@ -59,14 +65,16 @@ impl Core {
         Ok(out)
     }
 
-    /// A node's event about one of our commands (already authenticated).
-    /// A `stale_epoch` refusal is not the operation's business: it becomes
+    /// A node's event about one of our commands (already authenticated),
+    /// `sent` at the envelope's `ts` (the node's clock). A `stale_epoch`
+    /// refusal is not the operation's business: it becomes
     /// [`Action::StaleEpoch`] (`fence.rs`).
     pub fn on_event(
         &mut self,
         from: &str,
         corr: Option<&str>,
         msg: &Message,
+        sent: DateTime<Utc>,
         now: DateTime<Utc>,
     ) -> Vec<Action> {
         if let Message::Refused(r) = msg
@@ -79,7 +87,7 @@ impl Core {
         };
         match self.ops.get(corr).map(|o| (o.id.clone(), &o.body)) {
             Some((id, OpBody::ScaleDown(_))) => {
-                self.drive_down(&id, DownInput::Event { from, msg }, now)
+                self.drive_down(&id, DownInput::Event { from, msg, sent }, now)
             }
             Some((_, OpBody::ScaleUp(_))) => vec![],
             None => {

@@ -110,7 +110,10 @@ impl H {
         let mut r = r;
         self.seq += 1;
         r.seq = self.seq;
-        let a = self.core.on_report(r, self.now).expect("report accepted");
+        let a = self
+            .core
+            .on_report(r, self.now, self.now)
+            .expect("report accepted");
         self.out.extend(a);
     }
 
@@ -345,7 +348,7 @@ pub(crate) fn done(
         command: command.into(),
         result,
     });
-    let a = h.core.on_event("c", Some(op.as_str()), &msg, h.now);
+    let a = h.core.on_event("c", Some(op.as_str()), &msg, h.now, h.now);
     h.out.extend(a.clone());
     a
 }

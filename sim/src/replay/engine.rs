@@ -193,7 +193,7 @@ impl Run {
     }
 
     fn report(&mut self, r: NodeReport, now: DateTime<Utc>) {
-        match self.core.on_report(r, now) {
+        match self.core.on_report(r, now, now) {
             Ok(acts) => self.apply(acts, now),
             Err(_) => self.out.refused += 1,
         }
@@ -230,7 +230,13 @@ impl Run {
                 } => {
                     self.out.commands += 1;
                     for e in self.world.command(&node, corr.as_str(), id, msg, now) {
-                        work.extend(self.core.on_event(&e.from, e.corr.as_deref(), &e.msg, now));
+                        work.extend(self.core.on_event(
+                            &e.from,
+                            e.corr.as_deref(),
+                            &e.msg,
+                            now,
+                            now,
+                        ));
                     }
                 }
                 Action::Paas { op, call } => {

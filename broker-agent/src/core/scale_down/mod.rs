@@ -22,18 +22,23 @@
 //! of a removed node.
 //!
 //! Layout: this file holds the state, the inputs and the command steps;
-//! `steps.rs` the steps and ends;
-//! `evacuate.rs` plans and follows the evacuation rounds, `moves.rs` the
+//! `steps.rs` the steps and ends; `events.rs` takes the node's events;
+//! `evacuate.rs` plans the evacuation rounds, `confirm.rs` judges the
+//! node's reports (only those sent after the command's `event.done`
+//! count) until one shows it empty, `moves.rs` the
 //! broker-side gear moves, `district.rs` the district commands,
 //! `remove.rs` asks the handler to remove the node and waits
 //! until it is gone.
 
+mod confirm;
 mod district;
 mod evacuate;
+mod events;
 mod moves;
 mod remove;
 mod steps;
 
+pub use confirm::Seen;
 pub use moves::{BrokerMove, MoveState};
 pub use steps::{DownEnd, DownStep};
 
@@ -146,6 +151,14 @@ pub struct ScaleDown {
     /// The current round's moves when the broker agent runs them (`openshift`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub broker_moves: Vec<BrokerMove>,
+    /// When the node sent the `event.done` of the last command answered, by
+    /// its clock; cleared when a new command is sent. A report it sent
+    /// before then is not used to judge that command (`confirm.rs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub done_at: Option<DateTime<Utc>>,
+    /// The newest report of the node taken since the drain began.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seen: Option<Seen>,
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -163,14 +176,11 @@ pub enum DownInput<'m> {
         from: &'m str,
         /// The event.
         msg: &'m Message,
+        /// When the sender sent it, by its clock (the envelope's `ts`).
+        sent: DateTime<Utc>,
     },
     /// The victim reported (it may show itself empty).
-    Report {
-        /// Its gears.
-        total_gears: u32,
-        /// Whether it is carrying out a command.
-        busy: bool,
-    },
+    Report(Seen),
     /// The answer to its latest handler call.
     Result(CallResult),
     /// Time passed: deadlines, re-sends, polls.
@@ -248,6 +258,8 @@ impl ScaleDown {
             paas_retry_at: None,
             refusal: None,
             broker_moves: vec![],
+            done_at: None,
+            seen: None,
         }
     }
 
@@ -277,52 +289,12 @@ impl ScaleDown {
         match input {
             DownInput::Start if cx.openshift() => self.start_in_district(cx, now),
             DownInput::Start => self.deactivate_node(cx, now),
-            DownInput::Event { from, msg } => self.on_event(cx, from, msg, now),
-            DownInput::Report { total_gears, busy } => self.on_report(cx, total_gears, busy, now),
+            DownInput::Event { from, msg, sent } => self.on_event(cx, from, msg, sent, now),
+            DownInput::Report(r) => self.on_report(cx, r, now),
             DownInput::Result(r) => self.on_answer(cx, r, now),
             DownInput::Tick => self.on_tick(cx, now),
             DownInput::Resume => self.resume(cx),
             DownInput::Abort { why, cancel } => self.abort(cx, why, cancel, now),
-        }
-    }
-
-    fn on_event(
-        &mut self,
-        cx: &mut DownCtx<'_>,
-        from: &str,
-        msg: &Message,
-        now: DateTime<Utc>,
-    ) -> DownOut {
-        if self.node != from {
-            tracing::warn!(corr = %cx.op, from, node = %self.node, "event from another node than the operation's: ignored");
-            return Out::none();
-        }
-        match msg {
-            Message::Progress(p) => self.on_progress(p),
-            Message::Done(done) => self.on_done(cx, done.cmd, &done.result, now),
-            Message::Failed(f) if Some(f.cmd) == self.cmd => {
-                let reason = format!("{} failed on {from}: {}", f.command, f.error);
-                if f.retryable {
-                    self.resend(cx, reason, now)
-                } else {
-                    self.step_failed(cx, reason, now)
-                }
-            }
-            Message::Refused(r) if r.cmd.is_none() || r.cmd == self.cmd => {
-                match r.reason.as_str() {
-                    // A copy of a command it already has: its events follow.
-                    "replayed" => Out::none(),
-                    "expired" | "stale" => {
-                        self.resend(cx, format!("{from} refused the command: {}", r.detail), now)
-                    }
-                    _ => self.step_failed(
-                        cx,
-                        format!("{from} refused the command ({}): {}", r.reason, r.detail),
-                        now,
-                    ),
-                }
-            }
-            _ => Out::none(),
         }
     }
 
@@ -366,6 +338,9 @@ impl ScaleDown {
         now: DateTime<Utc>,
     ) -> DownOut {
         let cmd = msg.as_ref().map(|_| (cx.ids)());
+        if cmd.is_some() {
+            self.done_at = None;
+        }
         self.step = step;
         self.replan_at = None;
         self.cmd = cmd;

@@ -31,12 +31,12 @@ fn full_scale_down_saga() {
         total: 10,
         results: vec![],
     });
-    h.core.on_event("c", Some(op.as_str()), &p, h.now);
+    h.core.on_event("c", Some(op.as_str()), &p, h.now, h.now);
     assert_eq!(down(&h, &op).progress.moved, 4);
     // Events from another node are ignored.
     assert!(
         h.core
-            .on_event("b", Some(op.as_str()), &p, h.now)
+            .on_event("b", Some(op.as_str()), &p, h.now, h.now)
             .is_empty()
     );
     done(
@@ -85,12 +85,16 @@ fn full_scale_down_saga() {
     let mut late = rep("c", "d1", "small", 100, 0, 0);
     late.seq = 999;
     assert_eq!(
-        h.core.on_report(late.clone(), h.now).unwrap_err(),
+        h.core.on_report(late.clone(), h.now, h.now).unwrap_err(),
         crate::fleet::ReportRejected::Removed
     );
     // A new agent of that name (started after the removal) is a new node.
     late.started_at = h.now + Duration::seconds(1);
-    assert!(h.core.on_report(late, h.now + Duration::seconds(2)).is_ok());
+    assert!(
+        h.core
+            .on_report(late, h.now, h.now + Duration::seconds(2))
+            .is_ok()
+    );
     assert_eq!(down(&h, &op).end, Some(DownEnd::Removed));
     assert_eq!(
         h.core.group_state(&g("d1", "small")).memory.last_scale_down,
@@ -240,7 +244,7 @@ fn command_timeouts_resend_then_abort_and_non_retryable_failures_abort() {
         retryable: false,
         http_status: None,
     });
-    let a = h.core.on_event("c", Some(op2.as_str()), &f, h.now);
+    let a = h.core.on_event("c", Some(op2.as_str()), &f, h.now, h.now);
     assert!(matches!(sends(&a).pop().unwrap().3, Message::Activate(_)));
     let _ = op;
 }
@@ -290,6 +294,7 @@ fn returning_pressure_cancels_the_drain_instead_of_booting_a_node() {
     assert_eq!(down(&h, &op).end, Some(DownEnd::Cancelled));
 }
 
+mod confirm;
 mod machine;
 mod paas;
 

@@ -78,6 +78,7 @@ fn absorb_counts_the_gears_other_drains_will_move() {
             result: CommandResult::Deactivated { gears: gears(10) },
         }),
         h.now,
+        h.now,
     );
     assert!(matches!(sends(&a)[0].3, Message::Evacuate(_)), "{a:?}");
     assert_eq!(down(&h, &op).step, DownStep::Evacuating);

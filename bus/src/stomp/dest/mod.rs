@@ -44,7 +44,7 @@
 //! | subscribe to pattern `P` | `SUBSCRIBE /topic/VirtualTopic.gearshift.P'`, `P'` being `P` with `#` written `>` (`*` stays); `#` must be the last word | `ack:client-individual`, `activemq.prefetchSize` |
 //! | durable queue `Q` bound to `B` | `SUBSCRIBE /queue/Consumer.<segment(Q)>.VirtualTopic.gearshift.B'` (one consumer queue per binding; `segment` is the routing-word encoding, so `gearshift.broker.events` is `gearshift%2Ebroker%2Eevents`) | declared by a SUBSCRIBE with `activemq.prefetchSize:0` (nothing is dispatched to it) and an UNSUBSCRIBE: the broker keeps the queue, and everything published afterwards, from then on |
 //! | a node's queue `gearshift.node.<node>` bound to `cmd.<node>` | `SUBSCRIBE /queue/gearshift.node.<node>` | a plain queue: commands are sent to it directly |
-//! | transient queue `Q` bound to `B` | `SUBSCRIBE /topic/VirtualTopic.gearshift.B'` | a topic subscription: it keeps nothing once cancelled, like an exclusive queue gone with its connection |
+//! | transient queue `Q` bound to `B` | `SUBSCRIBE /topic/VirtualTopic.gearshift.B'` | a topic subscription: it keeps nothing once cancelled, like an exclusive queue gone with its connection; [`QueueSpec::max_length`] is `activemq.maximumPendingMessageLimit` ([`PENDING_LIMIT`]: the broker drops the oldest beyond the prefetch and that many) |
 //! | transient queue `Q` without bindings (reply queues) | `SUBSCRIBE /temp-queue/Q` | a temporary queue, deleted with the connection |
 //! | reply address of such a queue | `reply-to:/temp-queue/Q` | responders see `/remote-temp-queue/ID:…` and send there verbatim |
 //! | reply to `R` | `SEND R` when `R` starts with `/` (what ActiveMQ wrote in `reply-to`), else `SEND /queue/R` | |
@@ -64,7 +64,9 @@
 //! persistent message goes to `ActiveMQ.DLQ`, another is dropped), so the
 //! session requeues by unsubscribing and subscribing again, which gives back
 //! every unsettled delivery of that subscription; queues cannot be bounded
-//! from the client ([`QueueSpec::max_length`] is refused); patterns of one
+//! from the client ([`QueueSpec::max_length`] is refused) except a
+//! transient queue with bindings, a topic subscription whose pending limit
+//! the broker applies when its policy allows ([`PENDING_LIMIT`]); patterns of one
 //! queue must not overlap (a wildcard consumer queue also drains the
 //! plain-named queues it matches); a key cannot contain `,` (composite
 //! destinations) nor `>`. Prefetch is sent both as `prefetch-count` and as
@@ -389,22 +391,28 @@ fn rabbitmq_subscribes(spec: &QueueSpec) -> Vec<QueueSubscribe> {
 
 fn activemq_subscribes(spec: &QueueSpec) -> Result<Vec<QueueSubscribe>, BusError> {
     check_activemq_name("queue name", &spec.name)?;
-    if spec.max_length.is_some() {
-        return Err(BusError::Invalid(format!(
-            "ActiveMQ cannot bound queue {:?} from the client; set a pending \
-             message limit in the broker's configuration instead",
-            spec.name
-        )));
+    let topic = spec.durability == Durability::Transient && !spec.bindings.is_empty();
+    let mut headers = vec![];
+    match spec.max_length {
+        // A topic subscription's backlog in the broker, past the prefetch.
+        Some(max) if topic => headers.push((PENDING_LIMIT.to_string(), max.max(1).to_string())),
+        Some(_) => {
+            return Err(BusError::Invalid(format!(
+                "ActiveMQ cannot bound queue {:?} from the client (only a transient \
+                 queue with bindings, a topic subscription there); set a limit in the \
+                 broker's configuration instead",
+                spec.name
+            )));
+        }
+        None => {}
     }
     // One consumer at a time: ActiveMQ's exclusive consumer.
-    let exclusive = if spec.single_active_consumer {
-        vec![("activemq.exclusive".to_string(), "true".to_string())]
-    } else {
-        vec![]
-    };
+    if spec.single_active_consumer {
+        headers.push(("activemq.exclusive".to_string(), "true".to_string()));
+    }
     let plain = |destination: String| QueueSubscribe {
         destination,
-        headers: exclusive.clone(),
+        headers: headers.clone(),
     };
     if spec.bindings.is_empty() {
         return Ok(vec![plain(match spec.durability {
@@ -434,6 +442,14 @@ fn activemq_subscribes(spec: &QueueSpec) -> Result<Vec<QueueSubscribe>, BusError
     }
     Ok(out)
 }
+
+/// ActiveMQ's bound on what it holds for a slow topic subscriber beyond the
+/// prefetch (the oldest are dropped). It counts only when the broker's
+/// `policyEntry` for the topic has a `pendingMessageLimitStrategy` (the
+/// smaller of the two applies; with `limit="-1"` the subscriber's alone):
+/// `scripts/setup-activemq` writes one, Debian's stock configuration has
+/// none, and then the backlog is unbounded as for any topic subscriber.
+pub const PENDING_LIMIT: &str = "activemq.maximumPendingMessageLimit";
 
 /// Prefetch headers for a consumer.
 pub fn prefetch_headers(flavor: StompFlavor, prefetch: u16) -> Vec<(String, String)> {

@@ -105,9 +105,24 @@ fn a_bounded_queue_carries_its_limit() {
             subs[0].headers
         );
     }
-    let e =
-        queue_subscribes(ActiveMq, &QueueSpec::node_commands("n1").with_max_length(5)).unwrap_err();
-    assert!(e.to_string().contains("cannot bound"), "{e}");
+    // ActiveMQ: a topic subscription with a pending limit; a queue of the
+    // broker's own cannot be bounded from the client.
+    let subs = queue_subscribes(ActiveMq, &spec).unwrap();
+    assert_eq!(
+        subs,
+        vec![QueueSubscribe {
+            destination: "/topic/VirtualTopic.gearshift.report.>".into(),
+            headers: vec![(PENDING_LIMIT.into(), "500".into())],
+        }]
+    );
+    for refused in [
+        QueueSpec::node_commands("n1").with_max_length(5),
+        QueueSpec::durable("gearshift.broker.events", vec!["event.#".into()]).with_max_length(5),
+        QueueSpec::transient("gearshift.reply.abc", vec![]).with_max_length(5),
+    ] {
+        let e = queue_subscribes(ActiveMq, &refused).unwrap_err();
+        assert!(e.to_string().contains("cannot bound"), "{e}");
+    }
 }
 
 #[test]

@@ -14,16 +14,12 @@ pub struct Quirks {
     /// settled, not only the nacked one (ActiveMQ: its NACK never requeues,
     /// the transport subscribes again); their old handles cannot settle.
     pub requeue_returns_every_unsettled: bool,
-    /// Queues can be bounded from the client (`QueueSpec::max_length`);
-    /// ActiveMQ refuses it as invalid.
-    pub bounded_queues: bool,
 }
 
 impl Default for Quirks {
     fn default() -> Self {
         Quirks {
             requeue_returns_every_unsettled: false,
-            bounded_queues: true,
         }
     }
 }
@@ -149,7 +145,6 @@ impl Harness for ActiveMq {
     fn quirks(&self) -> Quirks {
         Quirks {
             requeue_returns_every_unsettled: true,
-            bounded_queues: false,
         }
     }
 }

@@ -128,6 +128,7 @@ async fn hostile_a_deposed_leaders_commands_are_refused_and_not_acted_upon() {
         &refused.from,
         refused.corr.as_deref(),
         &refused.msg,
+        refused.ts,
         Utc::now(),
     );
     match &acts[..] {

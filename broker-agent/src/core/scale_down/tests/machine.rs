@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 
 use crate::core::actions::{Effect, Out};
 use crate::core::facts::Facts;
-use crate::core::scale_down::{DownCtx, DownInput, DownOutcome, Origin};
+use crate::core::scale_down::{DownCtx, DownInput, DownOutcome, Origin, Seen};
 use crate::fleet::Fleet;
 use crate::ops::Ops;
 
@@ -76,6 +76,30 @@ pub(super) fn sent(out: &Out<DownOutcome>) -> (Uuid, Message) {
     }
 }
 
+/// An event of node `from`, sent at `t0()`.
+pub(super) fn event<'m>(from: &'m str, msg: &'m Message) -> DownInput<'m> {
+    event_at(from, msg, t0())
+}
+
+/// An event of node `from`, sent at `sent` by its clock.
+pub(super) fn event_at<'m>(from: &'m str, msg: &'m Message, sent: DateTime<Utc>) -> DownInput<'m> {
+    DownInput::Event { from, msg, sent }
+}
+
+/// A report of the victim sent at `t0()`.
+pub(super) fn report(total_gears: u32, busy: bool) -> DownInput<'static> {
+    report_at(total_gears, busy, t0())
+}
+
+/// A report of the victim sent at `sent` by its clock.
+pub(super) fn report_at(total_gears: u32, busy: bool, sent: DateTime<Utc>) -> DownInput<'static> {
+    DownInput::Report(Seen {
+        sent,
+        total_gears,
+        busy,
+    })
+}
+
 pub(super) fn done_msg(cmd: Uuid, result: CommandResult) -> Message {
     Message::Done(Done {
         cmd,
@@ -86,7 +110,7 @@ pub(super) fn done_msg(cmd: Uuid, result: CommandResult) -> Message {
 
 /// A drain of `c` started and planned from a four-gear inventory; the
 /// evacuation's command id.
-fn evacuating(w: &mut World) -> (ScaleDown, Uuid) {
+pub(super) fn evacuating(w: &mut World) -> (ScaleDown, Uuid) {
     let mut d = ScaleDown::new(
         "c",
         Origin::Policy {
@@ -96,14 +120,7 @@ fn evacuating(w: &mut World) -> (ScaleDown, Uuid) {
     );
     let (deact, _) = sent(&w.step(&mut d, DownInput::Start, t0()));
     let inv = done_msg(deact, CommandResult::Deactivated { gears: gears(4) });
-    let (evac, _) = sent(&w.step(
-        &mut d,
-        DownInput::Event {
-            from: "c",
-            msg: &inv,
-        },
-        t0(),
-    ));
+    let (evac, _) = sent(&w.step(&mut d, event("c", &inv), t0()));
     (d, evac)
 }
 
@@ -122,32 +139,12 @@ fn machine_deactivates_then_plans_from_the_inventory() {
     assert_eq!((d.cmd, d.sends), (Some(deact), 1));
     // Events from another node, and answers to older commands, change nothing.
     let inv = done_msg(deact, CommandResult::Deactivated { gears: gears(4) });
-    let other = DownInput::Event {
-        from: "b",
-        msg: &inv,
-    };
+    let other = event("b", &inv);
     assert_eq!(w.step(&mut d, other, t0()), Out::none());
     let old = done_msg(Uuid::nil(), CommandResult::Deactivated { gears: gears(4) });
-    assert_eq!(
-        w.step(
-            &mut d,
-            DownInput::Event {
-                from: "c",
-                msg: &old
-            },
-            t0()
-        ),
-        Out::none()
-    );
+    assert_eq!(w.step(&mut d, event("c", &old), t0()), Out::none());
     // The inventory: four moves to a and b.
-    let out = w.step(
-        &mut d,
-        DownInput::Event {
-            from: "c",
-            msg: &inv,
-        },
-        t0(),
-    );
+    let out = w.step(&mut d, event("c", &inv), t0());
     let (_, msg) = sent(&out);
     let Message::Evacuate(ev) = msg else {
         panic!("{msg:?}")
@@ -172,10 +169,7 @@ fn machine_follows_the_evacuation_until_the_node_reports_empty() {
         total: 4,
         results: vec![],
     });
-    assert!(
-        w.step(&mut d, DownInput::Event { from: "c", msg: &p }, t0())
-            .touched
-    );
+    assert!(w.step(&mut d, event("c", &p), t0()).touched);
     assert_eq!((d.progress.moved, d.progress.moved_total), (3, 3));
     // All moved; the node has not reported empty yet.
     let evacuated = done_msg(
@@ -187,30 +181,13 @@ fn machine_follows_the_evacuation_until_the_node_reports_empty() {
             gears_left: 0,
         },
     );
-    let out = w.step(
-        &mut d,
-        DownInput::Event {
-            from: "c",
-            msg: &evacuated,
-        },
-        t0(),
-    );
+    let out = w.step(&mut d, event("c", &evacuated), t0());
     assert!(out.effects.is_empty());
     assert_eq!(d.step, DownStep::ConfirmingEmpty);
     // A busy report with gears waits; an empty one removes through the handler.
-    let busy = DownInput::Report {
-        total_gears: 2,
-        busy: true,
-    };
+    let busy = report(2, true);
     assert_eq!(w.step(&mut d, busy, t0()), Out::none());
-    let out = w.step(
-        &mut d,
-        DownInput::Report {
-            total_gears: 0,
-            busy: false,
-        },
-        t0(),
-    );
+    let out = w.step(&mut d, report(0, false), t0());
     assert!(
         matches!(&out.effects[..], [Effect::Call(HandlerCall::Remove(r))] if r.node == "c" && r.attempt == 1)
     );
@@ -235,14 +212,7 @@ fn machine_aborts_until_the_point_of_return_and_ends_when_reactivated() {
     let (again, _) = sent(&w.step(&mut d, DownInput::Resume, t0()));
     assert_eq!(again, act);
     let activated = done_msg(act, CommandResult::Activated);
-    let out = w.step(
-        &mut d,
-        DownInput::Event {
-            from: "c",
-            msg: &activated,
-        },
-        t0(),
-    );
+    let out = w.step(&mut d, event("c", &activated), t0());
     assert!(matches!(
         out.outcome,
         Some(DownOutcome::Ended(DownEnd::Aborted { .. }))
@@ -260,14 +230,7 @@ fn machine_removal_ends_when_the_handler_says_gone_or_fails_at_its_deadline() {
     let mut w = World::new();
     let mut d = ScaleDown::new("c", Origin::Operator { by: "alice".into() }, t0());
     d.step = DownStep::ConfirmingEmpty;
-    w.step(
-        &mut d,
-        DownInput::Report {
-            total_gears: 0,
-            busy: false,
-        },
-        t0(),
-    );
+    w.step(&mut d, report(0, false), t0());
     let accepted = CallResult::Remove(Ok(RemoveOutcome::default()));
     w.step(&mut d, DownInput::Result(accepted), t0());
     assert_eq!(
@@ -294,14 +257,7 @@ fn machine_removal_ends_when_the_handler_says_gone_or_fails_at_its_deadline() {
     // A handler that never accepts: failed at the remove timeout.
     let mut d = ScaleDown::new("c", Origin::Operator { by: "alice".into() }, t0());
     d.step = DownStep::ConfirmingEmpty;
-    w.step(
-        &mut d,
-        DownInput::Report {
-            total_gears: 0,
-            busy: false,
-        },
-        t0(),
-    );
+    w.step(&mut d, report(0, false), t0());
     let refused = CallResult::Remove(Err(HandlerError::Transient("503".into())));
     w.step(&mut d, DownInput::Result(refused), t0());
     let out = w.step(&mut d, DownInput::Tick, t0() + Duration::minutes(15));

@@ -4,7 +4,7 @@
 
 use crate::core::testkit::*;
 
-use super::machine::{World, done_msg, sent};
+use super::machine::{World, done_msg, event, report, sent};
 use crate::core::actions::{Effect, Out, PaasCall};
 use crate::core::scale_down::{DownInput, DownOutcome, MoveState, Origin};
 use crate::paas::{Cause, Failure, Outcome as PaasOutcome, PaasKind};
@@ -110,14 +110,7 @@ fn moving(w: &mut World) -> (ScaleDown, Uuid, Out<DownOutcome>) {
     w.step(&mut d, DownInput::Start, t0());
     let (deact, _) = sent(&answer(w, &mut d, deactivate(), PaasOutcome::Done, t0()));
     let inv = done_msg(deact, CommandResult::Deactivated { gears: app_gears() });
-    let out = w.step(
-        &mut d,
-        DownInput::Event {
-            from: "c",
-            msg: &inv,
-        },
-        t0(),
-    );
+    let out = w.step(&mut d, event("c", &inv), t0());
     let Some(Effect::Send { id, .. }) = out.effects.first() else {
         panic!("{out:?}")
     };
@@ -260,16 +253,10 @@ fn broker_moves_are_bounded_one_per_application_and_the_node_only_watches() {
     mv(&mut w, &mut d, "g2", PaasOutcome::Done, t);
     assert_eq!(d.step, DownStep::ConfirmingEmpty);
     assert_eq!((d.progress.moved, d.progress.remaining), (5, 0));
-    let busy = DownInput::Report {
-        total_gears: 1,
-        busy: true,
-    };
+    let busy = report(1, true);
     assert_eq!(w.step(&mut d, busy, t), Out::none());
     // Empty: remove-node in the district, then the cloud removal.
-    let empty = DownInput::Report {
-        total_gears: 0,
-        busy: false,
-    };
+    let empty = report(0, false);
     let out = w.step(&mut d, empty, t);
     assert_eq!(paas_calls(&out), vec![remove_node()]);
     assert!(d.is_removing() && d.state_name() == "removing_from_district");
@@ -305,10 +292,7 @@ fn a_refused_remove_node_reactivates_the_node_then_its_district() {
     for g in ["g0", "g2", "g1", "g3", "g4"] {
         mv(&mut w, &mut d, g, PaasOutcome::Done, t0());
     }
-    let empty = DownInput::Report {
-        total_gears: 0,
-        busy: false,
-    };
+    let empty = report(0, false);
     w.step(&mut d, empty, t0());
     let has = PaasOutcome::refused(
         Cause::NodeHasGears,
@@ -317,14 +301,7 @@ fn a_refused_remove_node_reactivates_the_node_then_its_district() {
     let (act, msg) = sent(&answer(&mut w, &mut d, remove_node(), has, t0()));
     assert!(matches!(msg, Message::Activate(ref a) if a.reason.contains("node_has_gears")));
     let activated = done_msg(act, CommandResult::Activated);
-    let out = w.step(
-        &mut d,
-        DownInput::Event {
-            from: "c",
-            msg: &activated,
-        },
-        t0(),
-    );
+    let out = w.step(&mut d, event("c", &activated), t0());
     assert_eq!(paas_calls(&out), vec![activate()]);
     let out = answer(&mut w, &mut d, activate(), PaasOutcome::Done, t0());
     assert!(matches!(
@@ -410,14 +387,7 @@ fn without_openshift_no_paas_command_runs() {
     let mut d = saga();
     let (deact, _) = sent(&w.step(&mut d, DownInput::Start, t0()));
     let inv = done_msg(deact, CommandResult::Deactivated { gears: app_gears() });
-    let out = w.step(
-        &mut d,
-        DownInput::Event {
-            from: "c",
-            msg: &inv,
-        },
-        t0(),
-    );
+    let out = w.step(&mut d, event("c", &inv), t0());
     let (_, msg) = sent(&out);
     assert!(matches!(msg, Message::Evacuate(ref e) if !e.watch && e.parallelism == Some(4)));
     assert!(!d.moving());
