@@ -30,6 +30,7 @@ mod admin;
 mod apply;
 mod build;
 mod deliveries;
+mod enroll;
 mod intake;
 mod reload;
 pub mod replay;

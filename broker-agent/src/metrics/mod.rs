@@ -53,6 +53,7 @@ pub struct Metrics {
     nodes: Gauge,
     reloads: Family<Labels, Counter>,
     reload_refused: Gauge,
+    enrollments: Family<Labels, Counter>,
     capacity: Capacity,
 }
 
@@ -109,6 +110,7 @@ impl Metrics {
             nodes: Gauge::default(),
             reloads: Family::default(),
             reload_refused: Gauge::default(),
+            enrollments: Family::default(),
             capacity: Capacity::default(),
         };
         m.capacity.register(&mut r);
@@ -171,6 +173,11 @@ impl Metrics {
             "1 while the last reload was refused: the file on disk is not what runs",
             m.reload_refused.clone(),
         );
+        r.register(
+            "enrollments",
+            "Node enrollment requests, by result (enrolled, already_enrolled, or the refusal reason)",
+            m.enrollments.clone(),
+        );
         Metrics {
             registry: Arc::new(Mutex::new(r)),
             ..m
@@ -214,6 +221,13 @@ impl Metrics {
         let result = if applied { "applied" } else { "refused" };
         self.reloads.get_or_create(&l(&[("result", result)])).inc();
         self.reload_refused.set(i64::from(!applied));
+    }
+
+    /// An enrollment request was answered with `result`.
+    pub fn enrollment(&self, result: &str) {
+        self.enrollments
+            .get_or_create(&l(&[("result", result)]))
+            .inc();
     }
 
     /// An evaluation ran.

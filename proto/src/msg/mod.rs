@@ -7,6 +7,7 @@
 mod admin;
 mod command;
 mod decision;
+mod enroll;
 mod event;
 mod placement;
 mod report;
@@ -14,6 +15,7 @@ mod report;
 pub use admin::*;
 pub use command::*;
 pub use decision::*;
+pub use enroll::*;
 pub use event::*;
 pub use placement::*;
 pub use report::*;
@@ -173,6 +175,13 @@ kinds! {
     AdminRequest(AdminRequest) = "admin.request", roles [Operator, Broker];
     /// `admin.reply`: the broker agent's answer to an operator command.
     AdminReply(AdminReply) = "admin.reply", roles [Broker];
+    /// `enroll.token`: what an enrollment token allows (a statement carried
+    /// inside `enroll.request`, never sent alone).
+    EnrollToken(EnrollToken) = "enroll.token", roles [Operator, Broker];
+    /// `enroll.request`: a node asks the broker agent to trust its new key.
+    EnrollRequest(EnrollRequest) = "enroll.request", roles [Node];
+    /// `enroll.reply`: the broker agent's answer to an `enroll.request`.
+    EnrollReply(EnrollReply) = "enroll.reply", roles [Broker];
 }
 
 impl Kind {
@@ -273,7 +282,9 @@ pub const MAX_LIST: usize = 100_000;
 /// Longest free-text field (reasons, errors, details), in bytes.
 pub const MAX_TEXT: usize = 16 * 1024;
 
-pub(crate) fn check_name(field: &str, s: &str) -> Result<(), String> {
+/// Checks a name field (node, district, profile): 1..=[`MAX_NAME`] bytes, no
+/// control characters; the error names `field`.
+pub fn check_name(field: &str, s: &str) -> Result<(), String> {
     if s.is_empty() {
         return Err(format!("{field} is empty"));
     }

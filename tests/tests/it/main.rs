@@ -14,6 +14,7 @@ mod chaos_disruptive;
 mod cloud_keystone_heat;
 mod dashboard_browser;
 mod demo_transports;
+mod enroll_token;
 mod handlers_e2e;
 mod handlers_heat_magnum;
 mod handlers_heat_via_node;
