@@ -333,6 +333,7 @@ mod tests {
                 parallelism: Some(4),
                 deadline: None,
                 watch: false,
+                epoch: 0,
             },
         )
         .with_corr("op-1")
@@ -377,6 +378,7 @@ mod tests {
                 parallelism: None,
                 deadline: None,
                 watch: false,
+                epoch: 0,
             },
         );
         let good: Value = serde_json::from_slice(&e.encode()).unwrap();
@@ -434,6 +436,7 @@ mod tests {
                 parallelism: None,
                 deadline: None,
                 watch: false,
+                epoch: 0,
             },
         );
         assert!(matches!(

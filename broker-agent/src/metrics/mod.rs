@@ -54,6 +54,7 @@ pub struct Metrics {
     reloads: Family<Labels, Counter>,
     reload_refused: Gauge,
     enrollments: Family<Labels, Counter>,
+    stale_epoch: Counter,
     capacity: Capacity,
 }
 
@@ -111,6 +112,7 @@ impl Metrics {
             reloads: Family::default(),
             reload_refused: Gauge::default(),
             enrollments: Family::default(),
+            stale_epoch: Counter::default(),
             capacity: Capacity::default(),
         };
         m.capacity.register(&mut r);
@@ -178,6 +180,11 @@ impl Metrics {
             "Node enrollment requests, by result (enrolled, already_enrolled, or the refusal reason)",
             m.enrollments.clone(),
         );
+        r.register(
+            "stale_epoch",
+            "Commands nodes refused as older than the newest leader epoch they have seen (this agent was deposed or is behind)",
+            m.stale_epoch.clone(),
+        );
         Metrics {
             registry: Arc::new(Mutex::new(r)),
             ..m
@@ -228,6 +235,11 @@ impl Metrics {
         self.enrollments
             .get_or_create(&l(&[("result", result)]))
             .inc();
+    }
+
+    /// A node refused a command of ours with `stale_epoch`.
+    pub fn stale_epoch(&self) {
+        self.stale_epoch.inc();
     }
 
     /// An evaluation ran.

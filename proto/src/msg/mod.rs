@@ -9,6 +9,7 @@ mod command;
 mod decision;
 mod enroll;
 mod event;
+pub mod fence;
 mod placement;
 mod report;
 
@@ -17,6 +18,7 @@ pub use command::*;
 pub use decision::*;
 pub use enroll::*;
 pub use event::*;
+pub use fence::STALE_EPOCH;
 pub use placement::*;
 pub use report::*;
 
