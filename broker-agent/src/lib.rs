@@ -19,6 +19,9 @@
 //! - [`policy`]: the read-only evaluation of every node group,
 //!   `evaluate(facts, config, memory, now) -> verdicts`; the coordinator
 //!   applies the verdicts.
+//! - [`enroll`]: node enrollment decided without I/O (a token's uses, a
+//!   host's key) and its ledger in the state directory; the agent's
+//!   `agent/enroll.rs` verifies, writes `nodes.d/<host>.pub` and answers.
 //! - [`explain`]: which explanations are published (changed content, or
 //!   the keep-alive).
 //! - [`history`]: the durable, rotating JSON-lines history of decisions,
@@ -49,6 +52,7 @@ pub mod cli;
 pub mod config;
 pub mod core;
 pub mod dashboard;
+pub mod enroll;
 pub mod explain;
 pub mod fleet;
 pub mod history;

@@ -213,6 +213,9 @@ enum Cmd {
     },
     /// Ask the placement service where a gear would go.
     Place(gearshift_placement::cli::PlaceArgs),
+    /// Print a new enrollment token (offline): nodes booted with it in their
+    /// user data enroll their own keys (docs/security.md).
+    EnrollToken(cli::enroll::TokenArgs),
     /// Push metrics once, like heat-cfntools' cfn-push-stats (the F18
     /// template's notify-scale-up: --heartbeat --watch ALARM).
     PushStats(gearshift_pushstats::PushStatsArgs),
@@ -233,9 +236,22 @@ fn main() -> ExitCode {
             "Give the public key to the node agents (their keys.broker_keys).",
         ),
         Cmd::Run { config, log_format } => bootstrap::block_on(None, run_agent(config, log_format)),
+        Cmd::EnrollToken(args) => enroll_token(&args),
         cmd => bootstrap::block_on(None, operator_command(cmd)),
     };
     bootstrap::exit("gearshift-broker", r)
+}
+
+/// `enroll-token`: the key is `--key`, else the configuration's signing
+/// key, else the operator key's usual place.
+fn enroll_token(args: &cli::enroll::TokenArgs) -> Result<(), Failure> {
+    let key = match (&args.key, &args.config) {
+        (Some(k), _) => k.clone(),
+        (None, Some(c)) => bootstrap::load::<BrokerConfig>(c)?.keys.signing_key,
+        (None, None) => PathBuf::from("/etc/gearshift/operator.key"),
+    };
+    println!("{}", cli::enroll::mint(args, &key).map_err(cli_failure)?);
+    Ok(())
 }
 
 /// A usage error of an operator subcommand is a bad invocation (exit 2);
@@ -336,7 +352,9 @@ async fn operator_command(cmd: Cmd) -> Result<(), Failure> {
                 Failure::with_code(code, format!("place: {e}"))
             }),
         Cmd::PushStats(args) => push_stats_once(&args).await,
-        Cmd::Run { .. } | Cmd::CheckConfig { .. } | Cmd::Keygen { .. } => Ok(()),
+        Cmd::Run { .. } | Cmd::CheckConfig { .. } | Cmd::Keygen { .. } | Cmd::EnrollToken(_) => {
+            Ok(())
+        }
     }
 }
 

@@ -58,6 +58,9 @@ ROLES = {
     "placement.reply": {"broker"},
     "admin.request": {"operator", "broker"},
     "admin.reply": {"broker"},
+    "enroll.token": {"operator", "broker"},
+    "enroll.request": {"node"},
+    "enroll.reply": {"broker"},
 }
 WINDOW = datetime.timedelta(minutes=5)
 

@@ -73,7 +73,7 @@ pub struct NodeShape {
     /// Availability zone.
     pub availability_zone: Option<String>,
     /// User data template; `{node}`, `{domain}`, `{profile}`, `{district}`,
-    /// `{bus_url}` and `{op}` are substituted.
+    /// `{bus_url}`, `{op}` and (nova) `{enroll_token}` are substituted.
     pub user_data: Option<String>,
     /// Size of an extra Cinder volume for `/var/lib/openshift`, in GiB (none when absent).
     pub volume_gb: Option<u32>,

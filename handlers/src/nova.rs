@@ -26,10 +26,13 @@
 //!
 //! ## User data
 //! The shape's `user_data` template with `{node}`, `{short}`, `{domain}`,
-//! `{profile}`, `{district}`, `{bus_url}` and `{op}` replaced; without one,
-//! a cloud-config that sets the host name and writes
+//! `{profile}`, `{district}`, `{bus_url}`, `{op}` and `{enroll_token}`
+//! replaced; without one, a cloud-config that sets the host name and writes
 //! `/etc/gearshift/boot.json` = `{"node", "domain", "profile", "district",
-//! "bus_url", "op"}` for the node agent.
+//! "bus_url", "op", "enroll_token"}` for the node agent. The enrollment
+//! token (when the broker agent's key is at hand) is minted for this one
+//! host, one use, valid [`ENROLL_TTL`], signed by the broker agent's key:
+//! the node enrolls its own key with it (`[enroll] token_file`).
 //!
 //! ## Remove
 //! Deletes the server (found by `cloud_id`, else by name), waits until it
@@ -60,6 +63,10 @@ pub const META_PROFILE: &str = "gearshift_profile";
 /// Metadata key: the broker agent's name.
 pub const META_AGENT: &str = "gearshift_agent";
 
+/// How long the enrollment token of a new server is accepted: longer than
+/// any boot, short enough that a leaked user data is soon worthless.
+pub const ENROLL_TTL: chrono::Duration = chrono::Duration::hours(2);
+
 /// Boots node hosts with Nova.
 #[derive(Debug)]
 pub struct NovaHandler {
@@ -68,6 +75,8 @@ pub struct NovaHandler {
     cinder: Cinder,
     agent: String,
     bus_url: String,
+    /// Signs each new server's one-use enrollment token (none: no token).
+    signer: Option<std::sync::Arc<gearshift_proto::KeyPair>>,
     naming: tokio::sync::Mutex<()>,
 }
 
@@ -90,6 +99,7 @@ impl NovaHandler {
             cinder: Cinder::new(session),
             agent: ctx.agent.clone(),
             bus_url: ctx.bus_url.clone(),
+            signer: ctx.signer.clone(),
             naming: tokio::sync::Mutex::new(()),
             cfg,
         }
@@ -139,8 +149,29 @@ impl NovaHandler {
             .collect())
     }
 
+    /// A one-use token for `host` in `req`'s group, signed by the broker
+    /// agent's key.
+    fn enroll_token(&self, req: &CreateRequest, host: &str) -> Option<String> {
+        let grant = gearshift_proto::msg::EnrollToken {
+            district: req.group.district.clone(),
+            profile: req.group.profile.clone(),
+            max_uses: 1,
+            host: Some(host.to_string()),
+        };
+        let key = self.signer.as_ref()?;
+        let now = chrono::Utc::now();
+        Some(gearshift_proto::enroll::mint_token(
+            key,
+            &self.agent,
+            grant,
+            now,
+            ENROLL_TTL,
+        ))
+    }
+
     fn user_data(&self, shape: &NodeShape, req: &CreateRequest, host: &str) -> String {
         let short = host.split('.').next().unwrap_or(host);
+        let token = self.enroll_token(req, host);
         match &shape.user_data {
             Some(t) => t
                 .replace("{node}", host)
@@ -149,9 +180,10 @@ impl NovaHandler {
                 .replace("{profile}", &req.group.profile)
                 .replace("{district}", &req.group.district)
                 .replace("{bus_url}", &self.bus_url)
-                .replace("{op}", &req.op),
+                .replace("{op}", &req.op)
+                .replace("{enroll_token}", token.as_deref().unwrap_or_default()),
             None => {
-                let boot = serde_json::json!({
+                let mut boot = serde_json::json!({
                     "node": host,
                     "domain": self.cfg.domain,
                     "profile": req.group.profile,
@@ -159,6 +191,9 @@ impl NovaHandler {
                     "bus_url": self.bus_url,
                     "op": req.op,
                 });
+                if let Some(t) = token {
+                    boot["enroll_token"] = t.into();
+                }
                 format!(
                     "#cloud-config\nhostname: {short}\nfqdn: {host}\nwrite_files:\n  - path: /etc/gearshift/boot.json\n    permissions: '0640'\n    content: '{}'\n",
                     boot.to_string().replace('\'', "''")

@@ -12,7 +12,8 @@
 //!
 //! `[bus]`, `[keys]`, `[log]` and `[metrics]` are the sections both agents
 //! share (`gearshift_service::sections`); the node's own keys in `[bus]`
-//! and `[keys]` are in `own`, `[runtime]` in `runtime`, `[heat]` in `heat`.
+//! and `[keys]` are in `own`, `[runtime]` in `runtime`, `[heat]` in `heat`,
+//! `[enroll]` in `enroll`.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -22,12 +23,14 @@ use gearshift_service::check;
 use gearshift_service::config::{Invalid, Validate, duration};
 use serde::{Deserialize, Serialize};
 
+mod enroll;
 mod heat;
 mod own;
 mod runtime;
 #[cfg(test)]
 mod tests;
 
+pub use enroll::EnrollSection;
 pub use gearshift_service::sections::{LogSection, MetricsSection};
 pub use heat::{CredentialSource, HeatSection, RemoveAction};
 pub use own::{NodeBus, NodeKeys};
@@ -74,6 +77,8 @@ pub struct NodeConfig {
     pub service: ServiceSection,
     /// Pull mode: capacity metrics pushed for Heat/Aodh alarms (disabled by default).
     pub push_stats: gearshift_pushstats::PushStatsConfig,
+    /// Enrolling the node's own key with a token (off by default).
+    pub enroll: EnrollSection,
 }
 
 /// `[node]`: identity.
@@ -287,6 +292,7 @@ impl Validate for NodeConfig {
         self.runtime.check()?;
         self.evacuation.check()?;
         self.heat.check()?;
+        self.enroll.check()?;
         self.log.check()?;
         check::within(
             "service.shutdown_grace",

@@ -68,6 +68,7 @@
 pub mod agent;
 pub mod config;
 pub mod core;
+pub mod enroll;
 pub mod evacuate;
 pub mod heat;
 pub mod metrics;

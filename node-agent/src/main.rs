@@ -11,7 +11,7 @@ use clap::{Parser, Subcommand};
 use gearshift_node::config::{DEFAULT_CONFIG_PATH, NodeConfig};
 use gearshift_node::heat::{HeatSignaller, Signaller};
 use gearshift_node::metrics::Metrics;
-use gearshift_node::{Agent, RunExit, runtime, setup, status};
+use gearshift_node::{Agent, RunExit, enroll, runtime, setup, status};
 use gearshift_proto::msg::HeatAction;
 use gearshift_pushstats::{PushMetrics, PushStatsArgs};
 use gearshift_service::bootstrap::{self, Failure, Service};
@@ -92,6 +92,14 @@ fn main() -> ExitCode {
     let r = match cli.cmd {
         Cmd::Run { config, log_format } => tokio_main(run(config, log_format)),
         Cmd::CheckConfig { file } => bootstrap::check_config::<NodeConfig>(&file, |cfg| {
+            // With a token, a missing key is made (and enrolled) at start.
+            if enroll::makes_key(cfg) {
+                setup::load_trusted(cfg).map_err(Failure::config)?;
+                return Ok(vec![format!(
+                    "keys.signing_key {} does not exist yet: the agent makes it at start and enrolls it with [enroll]'s token",
+                    cfg.keys.signing_key.display()
+                )]);
+            }
             setup::load_keys(cfg).map_err(Failure::config)?;
             Ok(Vec::new())
         }),
@@ -274,14 +282,22 @@ impl HeatActionExt for HeatAction {
 async fn run(config: PathBuf, log_format: Option<logging::LogFormat>) -> Result<(), Failure> {
     let (service, cfg) = Service::<NodeConfig>::start(&config, log_format)?;
     let metrics = Metrics::default();
+    // A token and no key yet: the key is made here, before it is loaded.
+    let enrolling = enroll::prepare(&cfg).map_err(Failure::config)?;
     let acfg = setup::agent_config(&cfg, metrics.clone()).map_err(Failure::config)?;
     let name = acfg.name.clone();
     let rt = runtime::from_config(&cfg, &name).map_err(Failure::config)?;
     let bus = service.lazy_bus(cfg.bus.url.clone(), cfg.connect_options(&name));
+    let who = (name.clone(), acfg.keypair.clone(), acfg.keyring.clone());
     // Locks the state directory: a second agent stops here, before any work.
     // Hook: the agent spawns its loops on a tracker of its own today; once
     // `Agent::new` takes one, pass `service.tracker().clone()`.
-    let agent = Agent::new(acfg, bus.clone(), rt).map_err(Failure::runtime)?;
+    let agent = Agent::new(acfg, bus.clone(), rt.clone()).map_err(Failure::runtime)?;
+    // Beside the agent: its reports are refused until the key is enrolled.
+    if let Some(p) = enrolling {
+        let run = enroll::run(p, bus.clone(), who, rt, service.token().clone());
+        service.tracker().spawn(run);
+    }
     let push_metrics = start_push_stats(&service, &cfg, &agent)?;
     serve_metrics(&service, &cfg, &metrics, push_metrics).await?;
     reload_on_sighup(&service, agent.clone(), metrics, cfg.clone());

@@ -29,6 +29,9 @@ pub enum SetupError {
     /// The runtime could not be set up.
     #[error("runtime: {0}")]
     Runtime(#[from] crate::runtime::RuntimeError),
+    /// `[enroll]`: the token file or the key's directory is unusable.
+    #[error("enroll: {0}")]
+    Enroll(String),
     /// Heat credentials are configured but unusable.
     #[error("heat: {0}")]
     Heat(String),
@@ -128,6 +131,11 @@ pub fn load_keys(
                 source,
             }
         })?;
+    Ok((keypair, load_trusted(cfg)?))
+}
+
+/// Loads the trusted public keys `cfg` names (broker, operator, client).
+pub fn load_trusted(cfg: &NodeConfig) -> Result<gearshift_proto::Keyring, SetupError> {
     let mut keyring = gearshift_proto::Keyring::new();
     for (key, role, path) in cfg.keys.every_key() {
         gearshift_service::keys::trust(&mut keyring, path, role).map_err(|source| {
@@ -137,7 +145,7 @@ pub fn load_keys(
             }
         })?;
     }
-    Ok((keypair, keyring))
+    Ok(keyring)
 }
 
 /// Loads keys and resolves everything the agent needs from `cfg`.

@@ -114,6 +114,23 @@ impl Envelope {
         canonical::to_vec(&self.to_value(true))
     }
 
+    /// The kind a message says it has, read without decoding the rest
+    /// (`None` for anything that is not a JSON object with a known kind):
+    /// a receiver sorting one queue's messages to their own chains before
+    /// any of them is verified. Untrusted: it only routes work.
+    pub fn peek_kind(bytes: &[u8]) -> Option<Kind> {
+        #[derive(serde::Deserialize)]
+        struct Head<'a> {
+            #[serde(borrow)]
+            kind: std::borrow::Cow<'a, str>,
+        }
+        if bytes.len() > MAX_MESSAGE_BYTES {
+            return None;
+        }
+        let h: Head<'_> = serde_json::from_slice(bytes).ok()?;
+        Kind::parse(&h.kind).ok()
+    }
+
     /// Decodes and validates a message; the result keeps the exact bytes its
     /// signature must cover so that verification does not re-encode the body.
     pub fn decode(bytes: &[u8]) -> Result<Decoded, ProtoError> {

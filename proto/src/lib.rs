@@ -17,6 +17,8 @@
 //! - [`gate`]: the one receiving chain (decode, kind, signature and role,
 //!   time, replay) every receiver runs, returning the message or a
 //!   [`gate::Refusal`] with its reason.
+//! - [`enroll`]: enrollment tokens and the proof that a node holds the key
+//!   it enrolls.
 //! - [`routing`]: routing keys, queue names and the segment encoding.
 //!
 //! `docs/protocol.md` at the repository root is the specification a
@@ -25,6 +27,7 @@
 #![warn(missing_docs)]
 
 pub mod canonical;
+pub mod enroll;
 pub mod envelope;
 pub mod error;
 pub mod gate;

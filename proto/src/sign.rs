@@ -109,10 +109,7 @@ impl KeyPair {
 
     /// The public key as SubjectPublicKeyInfo PEM.
     pub fn public_pem(&self) -> String {
-        self.key
-            .verifying_key()
-            .to_public_key_pem(Default::default())
-            .unwrap_or_default()
+        public_to_pem(&self.key.verifying_key())
     }
 
     /// The public half.
@@ -156,6 +153,13 @@ impl KeyPair {
         self.sign(&mut env);
         env.encode()
     }
+}
+
+/// A public key as SubjectPublicKeyInfo PEM (what [`public_from_pem`] reads).
+pub fn public_to_pem(key: &VerifyingKey) -> String {
+    // Encoding 32 bytes of a valid key into SPKI DER cannot fail.
+    key.to_public_key_pem(Default::default())
+        .unwrap_or_default()
 }
 
 /// Reads a SubjectPublicKeyInfo PEM public key.

@@ -126,18 +126,22 @@ pub fn write_keypair(
     stem: &str,
     force: bool,
 ) -> Result<(PathBuf, PathBuf, KeyPair), KeyFileError> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-
-    let io = |path: &Path, e: std::io::Error| KeyFileError::Io {
-        path: path.to_path_buf(),
-        reason: e.to_string(),
-    };
     std::fs::create_dir_all(dir).map_err(|e| io(dir, e))?;
     let key_path = dir.join(format!("{stem}.key"));
     let pub_path = dir.join(format!("{stem}.pub"));
+    let pair = new_private_key(&key_path, force)?;
+    std::fs::write(&pub_path, pair.public_pem()).map_err(|e| io(&pub_path, e))?;
+    Ok((key_path, pub_path, pair))
+}
+
+/// Generates a key pair and writes its private key to `path` (PKCS#8 PEM,
+/// mode 0600, fsynced); refuses to overwrite an existing file unless `force`.
+pub fn new_private_key(path: &Path, force: bool) -> Result<KeyPair, KeyFileError> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+
     let pair = KeyPair::generate().map_err(|e| KeyFileError::Format {
-        path: key_path.clone(),
+        path: path.to_path_buf(),
         reason: e.to_string(),
     })?;
     let mut opts = std::fs::OpenOptions::new();
@@ -147,12 +151,51 @@ pub fn write_keypair(
     } else {
         opts.create_new(true);
     }
-    let mut f = opts.open(&key_path).map_err(|e| io(&key_path, e))?;
+    let mut f = opts.open(path).map_err(|e| io(path, e))?;
     f.write_all(pair.to_pem().as_bytes())
-        .map_err(|e| io(&key_path, e))?;
-    f.sync_all().map_err(|e| io(&key_path, e))?;
-    std::fs::write(&pub_path, pair.public_pem()).map_err(|e| io(&pub_path, e))?;
-    Ok((key_path, pub_path, pair))
+        .and_then(|()| f.sync_all())
+        .map_err(|e| io(path, e))?;
+    Ok(pair)
+}
+
+/// Writes `key` as `<dir>/<sender>.pub` atomically, the form
+/// [`trust_dir_bound`] reads back (the broker agent enrolling a node).
+/// `sender` must already be a valid host name: it becomes a file name.
+pub fn write_bound_public(
+    dir: &Path,
+    sender: &str,
+    key: &gearshift_proto::sign::VerifyingKey,
+) -> Result<PathBuf, KeyFileError> {
+    std::fs::create_dir_all(dir).map_err(|e| io(dir, e))?;
+    let path = dir.join(format!("{sender}.pub"));
+    let pem = gearshift_proto::sign::public_to_pem(key);
+    crate::atomic::write_atomic(&path, pem.as_bytes(), true).map_err(|e| io(&path, e))?;
+    Ok(path)
+}
+
+/// The public key `<dir>/<sender>.pub` holds, if the file exists.
+pub fn read_bound_public(
+    dir: &Path,
+    sender: &str,
+) -> Result<Option<gearshift_proto::sign::VerifyingKey>, KeyFileError> {
+    let path = dir.join(format!("{sender}.pub"));
+    match std::fs::read_to_string(&path) {
+        Ok(pem) => public_from_pem(&pem)
+            .map(Some)
+            .map_err(|e| KeyFileError::Format {
+                path,
+                reason: e.to_string(),
+            }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(io(&path, e)),
+    }
+}
+
+fn io(path: &Path, e: std::io::Error) -> KeyFileError {
+    KeyFileError::Io {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    }
 }
 
 #[cfg(test)]
@@ -177,6 +220,29 @@ mod tests {
         );
         let e = load_keypair(&p).unwrap_err().to_string();
         assert!(e.contains("broker.pub"), "{e}");
+    }
+
+    #[test]
+    fn an_enrolled_key_is_read_back_bound_to_its_host() {
+        let dir = tempfile::tempdir().unwrap();
+        let nodes = dir.path().join("nodes.d");
+        let pair = KeyPair::generate().unwrap();
+        assert!(
+            read_bound_public(&nodes, "n1.example.com")
+                .unwrap()
+                .is_none()
+        );
+        write_bound_public(&nodes, "n1.example.com", &pair.public()).unwrap();
+        let back = read_bound_public(&nodes, "n1.example.com")
+            .unwrap()
+            .unwrap();
+        assert_eq!(back, pair.public());
+        let mut ring = Keyring::new();
+        assert_eq!(trust_dir_bound(&mut ring, &nodes, Role::Node).unwrap(), 1);
+        let k = ring.get(pair.id()).unwrap();
+        assert_eq!(k.speaks_for.as_deref(), Some("n1.example.com"));
+        std::fs::write(nodes.join("bad.pub"), "junk").unwrap();
+        assert!(read_bound_public(&nodes, "bad").is_err());
     }
 
     #[test]

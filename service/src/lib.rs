@@ -16,6 +16,7 @@
 //!   simple value checks every section uses.
 //! - [`bus`]: the bus's first connection, retried with backoff, and a bus
 //!   usable before it is connected.
+//! - [`atomic`]: replace a file atomically (temporary file, fsync, rename).
 //! - [`keys`]: read signing keys and trusted public keys from files and
 //!   directories; write new key pairs.
 //! - [`logging`]: tracing in a human or JSON format (journald-friendly).
@@ -30,6 +31,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod atomic;
 pub mod bootstrap;
 pub mod bus;
 pub mod check;

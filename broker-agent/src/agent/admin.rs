@@ -1,5 +1,6 @@
 //! Operator requests: through the gate with its replay record, answered on
 //! the request's reply queue (refusals too, once the envelope could be read).
+//! `enroll.request`s share the queue and go their own way (`enroll.rs`).
 
 use std::time::Duration;
 
@@ -21,11 +22,15 @@ impl Agent {
     /// One request: its effects are journaled and carried out, then it is
     /// answered, then acknowledged.
     pub(super) async fn on_admin_delivery(
-        &self,
+        &mut self,
         core: &mut Core,
         st: &mut RunState,
         d: Delivery,
     ) -> Result2<()> {
+        if d.too_large.is_none() && Envelope::peek_kind(&d.payload) == Some(Kind::EnrollRequest) {
+            self.on_enroll_delivery(st, d).await;
+            return Ok(());
+        }
         let now = Utc::now();
         // One the transport dropped for its size is refused as too_large.
         let admitted = match &d.too_large {
@@ -77,7 +82,12 @@ impl Agent {
     }
 
     /// Sends `reply` to the request's reply queue, if it named one.
-    async fn reply(&self, d: &Delivery, reply: AdminReply, corr: Option<String>) {
+    pub(super) async fn reply(
+        &self,
+        d: &Delivery,
+        reply: impl Into<Message>,
+        corr: Option<String>,
+    ) {
         let Some(q) = d.reply_to.clone() else {
             return;
         };

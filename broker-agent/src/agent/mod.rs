@@ -30,6 +30,7 @@ mod admin;
 mod apply;
 mod build;
 mod deliveries;
+mod enroll;
 mod fence;
 mod ha;
 mod intake;

@@ -60,13 +60,9 @@ impl PersistedReplay {
     }
 
     fn save(&self) -> std::io::Result<()> {
-        use std::io::Write;
         let entries: Vec<(Uuid, DateTime<Utc>)> = self.guard.entries().collect();
-        let tmp = self.path.with_extension("json.tmp");
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(&serde_json::to_vec(&entries).map_err(std::io::Error::other)?)?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, &self.path)
+        let bytes = serde_json::to_vec(&entries).map_err(std::io::Error::other)?;
+        gearshift_service::atomic::write_atomic(&self.path, &bytes, true)
     }
 }
 

@@ -1,9 +1,11 @@
 //! The operator side: `status`, `watch`, `ping`, `evacuate`, `abort`,
 //! `do-not-disrupt`, as library functions the binary (and tests) call;
 //! `controls.rs` the operator controls (`pause`, `resume`, `cordon`,
-//! `uncordon`, `activate`, `drain`) and `history`.
+//! `uncordon`, `activate`, `drain`) and `history`; `enroll.rs` the offline
+//! `enroll-token`.
 
 pub mod controls;
+pub mod enroll;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};

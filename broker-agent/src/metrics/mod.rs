@@ -53,6 +53,7 @@ pub struct Metrics {
     nodes: Gauge,
     reloads: Family<Labels, Counter>,
     reload_refused: Gauge,
+    enrollments: Family<Labels, Counter>,
     stale_epoch: Counter,
     capacity: Capacity,
     leader: Family<Labels, Gauge>,
@@ -113,6 +114,7 @@ impl Metrics {
             nodes: Gauge::default(),
             reloads: Family::default(),
             reload_refused: Gauge::default(),
+            enrollments: Family::default(),
             stale_epoch: Counter::default(),
             capacity: Capacity::default(),
             leader: Family::default(),
@@ -178,6 +180,11 @@ impl Metrics {
             "config_reload_refused",
             "1 while the last reload was refused: the file on disk is not what runs",
             m.reload_refused.clone(),
+        );
+        r.register(
+            "enrollments",
+            "Node enrollment requests, by result (enrolled, already_enrolled, or the refusal reason)",
+            m.enrollments.clone(),
         );
         r.register(
             "stale_epoch",
@@ -256,6 +263,13 @@ impl Metrics {
         let result = if applied { "applied" } else { "refused" };
         self.reloads.get_or_create(&l(&[("result", result)])).inc();
         self.reload_refused.set(i64::from(!applied));
+    }
+
+    /// An enrollment request was answered with `result`.
+    pub fn enrollment(&self, result: &str) {
+        self.enrollments
+            .get_or_create(&l(&[("result", result)]))
+            .inc();
     }
 
     /// A node refused a command of ours with `stale_epoch`.

@@ -74,7 +74,7 @@ fn shipped_files_show_every_compiled_default() {
     use gearshift_service::config::Documented;
     // `[push_stats]` is shown in its own file.
     let node = Documented {
-        examples: &["node.booted_for_file"],
+        examples: &["node.booted_for_file", "enroll.token_file"],
         not_shown: &["push_stats"],
         ..Documented::default()
     };

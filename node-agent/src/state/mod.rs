@@ -17,8 +17,7 @@
 pub mod journal;
 pub mod seq;
 
-use std::fs::{self, File, OpenOptions};
-use std::io::Write;
+use std::fs::{self, File};
 use std::path::{Path, PathBuf};
 
 use chrono::{DateTime, Utc};
@@ -66,33 +65,7 @@ fn io_err(path: &Path, e: impl std::fmt::Display) -> StateError {
 /// With `fsync` false the data still replaces the file atomically, but a
 /// power loss may lose it (only the simulator asks for that).
 pub fn write_atomic(path: &Path, bytes: &[u8], fsync: bool) -> Result<(), StateError> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let tmp = dir.join(format!(".tmp-{name}-{}", Uuid::new_v4().simple()));
-    let result = (|| {
-        let mut f = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&tmp)
-            .map_err(|e| io_err(&tmp, e))?;
-        f.write_all(bytes).map_err(|e| io_err(&tmp, e))?;
-        if fsync {
-            f.sync_all().map_err(|e| io_err(&tmp, e))?;
-        }
-        drop(f);
-        fs::rename(&tmp, path).map_err(|e| io_err(path, e))?;
-        if fsync {
-            sync_dir(dir)?;
-        }
-        Ok(())
-    })();
-    if result.is_err() {
-        let _ = fs::remove_file(&tmp);
-    }
-    result
+    gearshift_service::atomic::write_atomic(path, bytes, fsync).map_err(|e| io_err(path, e))
 }
 
 /// fsyncs a directory so that renames and deletions in it are durable.

@@ -7,6 +7,7 @@
 mod admin;
 mod command;
 mod decision;
+mod enroll;
 mod event;
 pub mod fence;
 mod lead;
@@ -16,6 +17,7 @@ mod report;
 pub use admin::*;
 pub use command::*;
 pub use decision::*;
+pub use enroll::*;
 pub use event::*;
 pub use fence::STALE_EPOCH;
 pub use lead::*;
@@ -183,6 +185,13 @@ kinds! {
     Leader(LeaderAnnouncement) = "leader", roles [Broker];
     /// `journal.snapshot`: the leader's journal, replicated to standbys.
     JournalSnapshot(JournalSnapshot) = "journal.snapshot", roles [Broker];
+    /// `enroll.token`: what an enrollment token allows (a statement carried
+    /// inside `enroll.request`, never sent alone).
+    EnrollToken(EnrollToken) = "enroll.token", roles [Operator, Broker];
+    /// `enroll.request`: a node asks the broker agent to trust its new key.
+    EnrollRequest(EnrollRequest) = "enroll.request", roles [Node];
+    /// `enroll.reply`: the broker agent's answer to an `enroll.request`.
+    EnrollReply(EnrollReply) = "enroll.reply", roles [Broker];
 }
 
 impl Kind {
@@ -283,7 +292,9 @@ pub const MAX_LIST: usize = 100_000;
 /// Longest free-text field (reasons, errors, details), in bytes.
 pub const MAX_TEXT: usize = 16 * 1024;
 
-pub(crate) fn check_name(field: &str, s: &str) -> Result<(), String> {
+/// Checks a name field (node, district, profile): 1..=[`MAX_NAME`] bytes, no
+/// control characters; the error names `field`.
+pub fn check_name(field: &str, s: &str) -> Result<(), String> {
     if s.is_empty() {
         return Err(format!("{field} is empty"));
     }

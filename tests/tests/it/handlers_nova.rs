@@ -115,6 +115,49 @@ async fn create_names_the_first_free_n_and_sends_the_shape() {
 }
 
 #[tokio::test]
+async fn each_server_gets_a_one_use_enrollment_token_for_its_host() {
+    let os = FakeOpenStack::start().await;
+    let broker = gearshift_proto::KeyPair::generate().unwrap();
+    let mut ctx = HandlerContext::standalone("broker-test");
+    ctx.signer = Some(std::sync::Arc::new(broker.clone()));
+    let h = NovaHandler::with_session(config(10), os.session(), &ctx);
+    h.create_node(&create("op-e", None)).await.unwrap();
+    let ud = os.servers()[0].user_data.clone().unwrap();
+    let boot_line = ud.lines().find(|l| l.contains("content:")).unwrap();
+    let boot_json = boot_line
+        .trim()
+        .trim_start_matches("content: '")
+        .trim_end_matches('\'');
+    let boot: serde_json::Value = serde_json::from_str(boot_json).unwrap();
+    let token = boot["enroll_token"].as_str().expect("a token in boot.json");
+    let mut ring = gearshift_proto::Keyring::new();
+    ring.add(broker.public(), gearshift_proto::Role::Broker, "broker");
+    let t = gearshift_proto::enroll::verify_token(token, &ring, chrono::Utc::now()).unwrap();
+    assert_eq!(
+        t.grant.host.as_deref(),
+        Some("openshift-node-1.example.com")
+    );
+    assert_eq!((t.grant.max_uses, t.grant.district.as_str()), (1, "d1"));
+    assert!(t.not_after <= chrono::Utc::now() + gearshift_handlers::nova::ENROLL_TTL);
+    // In a template too.
+    let mut req = create("op-f", None);
+    req.shape.user_data = Some("token={enroll_token}\n".into());
+    h.create_node(&req).await.unwrap();
+    let servers = os.servers();
+    let second = servers
+        .iter()
+        .find(|s| s.name == "openshift-node_2")
+        .unwrap();
+    let ud = second.user_data.clone().unwrap();
+    let t2 = ud.trim().strip_prefix("token=").unwrap();
+    let t2 = gearshift_proto::enroll::verify_token(t2, &ring, chrono::Utc::now()).unwrap();
+    assert_eq!(
+        t2.grant.host.as_deref(),
+        Some("openshift-node-2.example.com")
+    );
+}
+
+#[tokio::test]
 async fn user_data_template_is_filled_in() {
     let os = FakeOpenStack::start().await;
     let h = handler(&os, 10);

@@ -24,8 +24,12 @@ fn template(name: &str) -> Value {
     serde_yaml::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
-/// The HOT template's node user data, its placeholders given sample values.
-fn hot_script() -> String {
+/// A sample enrollment token (base64url characters, as minted).
+const TOKEN: &str = "eyJib2R5Ijp7ImRpc3RyaWN0IjoiZDEifX0-sample_token";
+
+/// The HOT template's node user data, its placeholders given sample values
+/// and `token` as its enrollment token (empty: none).
+fn hot_script(token: &str) -> String {
     let t = template("gearshift-autoscaling.yaml");
     let sr = &t["resources"]["node_group"]["properties"]["resource"]["properties"]["user_data"]["str_replace"];
     let mut script = sr["template"].as_str().expect("user data").to_string();
@@ -36,6 +40,7 @@ fn hot_script() -> String {
             "__BUS_URL__" => BUS_URL,
             "__PUSH_NODES__" => "true",
             "__AUTH_URL__" => "https://keystone.example.com/v3",
+            "__ENROLL_TOKEN__" => token,
             other => other.trim_matches('_'),
         };
         script = script.replace(k, v);
@@ -154,8 +159,11 @@ fn check_result(conf: &Path) -> toml::Table {
 
 #[test]
 fn hot_user_data_gives_a_node_toml_that_check_config_accepts() {
-    let (_root, conf) = run_in_root(&hot_script());
+    let (_root, conf) = run_in_root(&hot_script(""));
     let t = check_result(&conf);
+    // No token: [enroll] keeps the packaged token file (the nova handler's).
+    let file = t["enroll"]["token_file"].as_str().unwrap();
+    assert!(file.ends_with("/boot.json"), "{file}");
     let g = &t["push_stats"]["gnocchi"];
     assert_eq!(g["resource_id"].as_str(), Some(SERVER_ID));
     assert!(
@@ -169,6 +177,28 @@ fn hot_user_data_gives_a_node_toml_that_check_config_accepts() {
         std::path::Path::new(g["auth_env_file"].as_str().unwrap()).exists(),
         "the user data wrote the credentials file it names"
     );
+}
+
+#[test]
+fn hot_user_data_with_a_token_enrolls_a_node_without_a_key() {
+    let (_root, conf) = run_in_root(&hot_script(TOKEN));
+    let t = check_result(&conf);
+    let file = t["enroll"]["token_file"]
+        .as_str()
+        .expect("[enroll] token_file");
+    assert!(file.ends_with("/etc/gearshift/enroll.token"), "{file}");
+    assert_eq!(std::fs::read_to_string(file).unwrap().trim(), TOKEN);
+    // A node booted by a scale-up has no key of its own yet: the agent makes
+    // it at start, so check-config accepts its absence (and says so).
+    let key = t["keys"]["signing_key"].as_str().expect("keys.signing_key");
+    std::fs::remove_file(key).unwrap();
+    let (code, text) = check_config(&conf);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(text.contains("does not exist yet"), "{text}");
+    // Without the token, a missing key is an error as before.
+    std::fs::remove_file(file).unwrap();
+    let (code, text) = check_config(&conf);
+    assert_ne!(code, Some(0), "{text}");
 }
 
 #[test]

@@ -14,6 +14,7 @@ mod chaos_disruptive;
 mod cloud_keystone_heat;
 mod dashboard_browser;
 mod demo_transports;
+mod enroll_token;
 mod ha_disruptive;
 mod ha_election;
 mod handlers_e2e;
