@@ -10,6 +10,10 @@ line per message:
     {"routing_key": ..., "kind": ..., "from": ..., "verified": true|false,
      "reason": ..., "body": {...}}
 
+Bodies are printed as received: a decision of a broker agent that leads among
+several carries its leader `epoch` (docs/protocol.md section 11); of two
+epochs, believe the higher one.
+
 It first prints {"ready": true} once its bindings exist, and exits 0 when it
 has seen every kind named with --want (or the first message when --want is
 empty), or 1 on timeout.

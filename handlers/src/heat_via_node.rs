@@ -3,7 +3,8 @@
 //! node's own credentials (the cfn-push-stats role of the PEP).
 //!
 //! For each request the handler subscribes to `event.<node>`, then
-//! publishes a signed `cmd.heat_signal` (`{"action", "reason"}`) on
+//! publishes a signed `cmd.heat_signal` (`{"action", "reason"}`, and the
+//! request's leader `epoch` when not 0) on
 //! `cmd.<node>` with `corr` = `<op>/<action>` and an expiry of
 //! `command_ttl`, and waits up to `node_timeout` for that node's
 //! `event.done` (success) or `event.failed` / `event.refused` naming the
@@ -95,6 +96,7 @@ impl HeatViaNodeHandler {
         action: HeatAction,
         reason: &str,
         op: &str,
+        epoch: u64,
     ) -> Result<Answer, HandlerError> {
         let transient = |e: gearshift_bus::BusError| HandlerError::Transient(format!("bus: {e}"));
         // Subscribe first, so the answer cannot slip by before we listen.
@@ -108,6 +110,7 @@ impl HeatViaNodeHandler {
             HeatSignal {
                 action,
                 reason: reason.to_string(),
+                epoch,
             },
         )
         .with_corr(format!("{op}/{}", action.as_str()))
@@ -180,6 +183,7 @@ impl HeatViaNodeHandler {
         action: HeatAction,
         reason: &str,
         op: &str,
+        epoch: u64,
     ) -> Result<String, HandlerError> {
         if candidates.is_empty() {
             return Err(HandlerError::Transient(
@@ -188,7 +192,7 @@ impl HeatViaNodeHandler {
         }
         let mut silent = Vec::new();
         for node in candidates.iter().take(self.cfg.max_nodes_tried as usize) {
-            match self.ask(node, action, reason, op).await? {
+            match self.ask(node, action, reason, op, epoch).await? {
                 Answer::Done(d) => return Ok(d),
                 Answer::Error(e) => return Err(e),
                 Answer::Silent => {
@@ -234,7 +238,13 @@ impl Handler for HeatViaNodeHandler {
         );
         let nodes = self.candidates(&req.group, None);
         let detail = self
-            .ask_any(&nodes, self.cfg.scale_up_action, &reason, &req.op)
+            .ask_any(
+                &nodes,
+                self.cfg.scale_up_action,
+                &reason,
+                &req.op,
+                req.epoch,
+            )
             .await?;
         Ok(CreateOutcome {
             node: None,
@@ -252,7 +262,10 @@ impl Handler for HeatViaNodeHandler {
             let mark = HeatAction::MarkUnhealthy;
             // Only the node itself knows its group member; marking it and the
             // update that follows remove exactly it.
-            return match self.ask(&req.node, mark, &reason, &req.op).await? {
+            return match self
+                .ask(&req.node, mark, &reason, &req.op, req.epoch)
+                .await?
+            {
                 Answer::Done(detail) => Ok(RemoveOutcome {
                     detail,
                     gone: false,
@@ -268,7 +281,13 @@ impl Handler for HeatViaNodeHandler {
         }
         let nodes = self.candidates(&req.group, Some(&req.node));
         let detail = self
-            .ask_any(&nodes, self.cfg.scale_down_action, &reason, &req.op)
+            .ask_any(
+                &nodes,
+                self.cfg.scale_down_action,
+                &reason,
+                &req.op,
+                req.epoch,
+            )
             .await?;
         Ok(RemoveOutcome {
             detail,

@@ -100,6 +100,10 @@ pub struct CreateRequest {
     pub shape: NodeShape,
     /// 1 for the first attempt.
     pub attempt: u32,
+    /// The broker agent's leader epoch, for a handler that sends commands
+    /// to nodes (`heat-via-node`); 0 without high availability.
+    #[serde(default)]
+    pub epoch: u64,
 }
 
 /// What the cloud said to a create request.
@@ -126,6 +130,10 @@ pub struct RemoveRequest {
     pub cloud_id: Option<String>,
     /// 1 for the first attempt.
     pub attempt: u32,
+    /// The broker agent's leader epoch, for a handler that sends commands
+    /// to nodes (`heat-via-node`); 0 without high availability.
+    #[serde(default)]
+    pub epoch: u64,
 }
 
 /// What the cloud said to a remove request.

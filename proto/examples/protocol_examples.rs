@@ -14,6 +14,7 @@ fn main() {
         "broker.example.com",
         Deactivate {
             reason: "scale-down: least busy node in district".into(),
+            epoch: 0,
         },
         ts,
     )

@@ -316,6 +316,7 @@ mod tests {
                 parallelism: Some(4),
                 deadline: None,
                 watch: false,
+                epoch: 0,
             },
         )
         .with_corr("op-1")
@@ -360,6 +361,7 @@ mod tests {
                 parallelism: None,
                 deadline: None,
                 watch: false,
+                epoch: 0,
             },
         );
         let good: Value = serde_json::from_slice(&e.encode()).unwrap();
@@ -417,6 +419,7 @@ mod tests {
                 parallelism: None,
                 deadline: None,
                 watch: false,
+                epoch: 0,
             },
         );
         assert!(matches!(

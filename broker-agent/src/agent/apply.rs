@@ -57,6 +57,7 @@ impl Agent {
                     id,
                     msg,
                 } => self.send(&node, &corr, id, msg, now).await,
+                Action::StaleEpoch(s) => self.on_stale_epoch(&s),
             }
         }
         // Explanations (those whose content changed, see `crate::explain`)

@@ -24,12 +24,13 @@
 //! `intake.rs` reports a batch at a time (coalesced per node),
 //! `admin.rs` operator requests, `apply.rs` journaling and carrying out the
 //! core's actions, `tick.rs` the timers, evaluations, fleet snapshot and
-//! status.
+//! status, `fence.rs` a node's `stale_epoch` refusal (this agent deposed).
 
 mod admin;
 mod apply;
 mod build;
 mod deliveries;
+mod fence;
 mod intake;
 mod reload;
 pub mod replay;

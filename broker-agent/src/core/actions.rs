@@ -59,6 +59,44 @@ pub enum Action {
     Decide(Decision),
     /// Publish an explanation on `explain.<district>.<profile>`.
     Explain(Explanation),
+    /// A node refused a command as older than the newest leader epoch it
+    /// has seen: this agent has been deposed, or is behind. The driver
+    /// logs and counts it, and hands it to whatever decides leadership
+    /// (step down). Nothing is journaled for it.
+    StaleEpoch(StaleEpoch),
+}
+
+/// A `stale_epoch` refusal, as the core read it from `event.refused`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StaleEpoch {
+    /// The node that refused.
+    pub node: String,
+    /// The refused command's id, when the answer names it (a summary of
+    /// refusals held back by the node's rate limit does not).
+    pub cmd: Option<Uuid>,
+    /// The epoch this agent stamps ([`Core::epoch`](crate::core::Core::epoch)).
+    pub ours: u64,
+    /// The newest epoch the node has seen, when the answer names it.
+    pub theirs: Option<u64>,
+    /// The node's words.
+    pub detail: String,
+}
+
+impl Action {
+    /// This action with leader epoch `epoch` in every message and request
+    /// that carries one: commands, decisions, and the handler requests
+    /// that may become commands (`heat-via-node` sends `cmd.heat_signal`).
+    pub fn stamped(mut self, epoch: u64) -> Action {
+        match &mut self {
+            Action::Send { msg, .. } => {
+                msg.set_epoch(epoch);
+            }
+            Action::Decide(d) => d.epoch = epoch,
+            Action::Call { call, .. } => call.stamp(epoch),
+            Action::Paas { .. } | Action::Explain(_) | Action::StaleEpoch(_) => {}
+        }
+        self
+    }
 }
 
 /// Who a handler result belongs to.
@@ -167,6 +205,17 @@ pub enum HandlerCall {
 }
 
 impl HandlerCall {
+    /// Sets the leader epoch of a create or remove request.
+    fn stamp(&mut self, epoch: u64) {
+        match self {
+            HandlerCall::Create(r) => r.epoch = epoch,
+            HandlerCall::Remove(r) => r.epoch = epoch,
+            HandlerCall::Lookup { .. }
+            | HandlerCall::Presence { .. }
+            | HandlerCall::Capacity { .. } => {}
+        }
+    }
+
     /// Short name for logs and metrics.
     pub fn name(&self) -> &'static str {
         match self {
@@ -302,6 +351,16 @@ pub struct Meta {
     /// An operator's pause of the whole fleet (absent from earlier records).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fleet_pause: Option<crate::ops::Pause>,
+    /// The leader epoch every command and decision is stamped with
+    /// ([`Core::set_epoch`](crate::core::Core::set_epoch)); kept so that a
+    /// restarted agent never stamps a lower one. Absent from earlier
+    /// records, and 0 for a single agent without high availability.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub epoch: u64,
+}
+
+fn is_zero(e: &u64) -> bool {
+    *e == 0
 }
 
 /// What a restart restores.

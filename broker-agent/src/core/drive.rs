@@ -243,7 +243,7 @@ impl Core {
         }
         let mut acts = Vec::with_capacity(effects.len());
         for e in effects {
-            acts.push(match e {
+            let a = match e {
                 Effect::Send { node, id: cmd, msg } => Action::Send {
                     node,
                     corr: id.clone(),
@@ -259,7 +259,9 @@ impl Core {
                     call,
                 },
                 Effect::Decide(note) => self.op_decision(id, note, now),
-            });
+            };
+            // The machines leave the epoch at 0: the coordinator stamps it.
+            acts.push(a.stamped(self.meta.epoch));
         }
         acts
     }
@@ -285,7 +287,7 @@ impl Core {
     fn op_decision(&self, id: &OpId, note: Note, now: DateTime<Utc>) -> Action {
         match self.ops.get(id) {
             Some(op) => self.decision(&op.group, Some(id), &op.handler, note, now),
-            None => unreachable_decision(id, note),
+            None => unreachable_decision(id, note, self.meta.epoch),
         }
     }
 
@@ -309,6 +311,7 @@ impl Core {
             handler: Some(handler.to_string()),
             stats: note.stats.then(|| self.group_stats(g, now)),
             dry_run: false,
+            epoch: self.meta.epoch,
         })
     }
 
@@ -365,7 +368,7 @@ impl Core {
 /// A decision about an operation that is not in the table: cannot happen
 /// (the coordinator addresses effects of operations it just stepped), but a
 /// decision without its group is still better than none.
-fn unreachable_decision(id: &OpId, note: Note) -> Action {
+fn unreachable_decision(id: &OpId, note: Note, epoch: u64) -> Action {
     tracing::error!(op = %id, "decision about an unknown operation");
     Action::Decide(Decision {
         decision: note.kind,
@@ -377,5 +380,6 @@ fn unreachable_decision(id: &OpId, note: Note) -> Action {
         handler: None,
         stats: None,
         dry_run: false,
+        epoch,
     })
 }

@@ -86,6 +86,7 @@ impl Core {
             handler: None,
             stats: None,
             dry_run: false,
+            epoch: self.meta.epoch,
         }))
     }
 

@@ -24,7 +24,9 @@
 //!   machine, `drive.rs` steps a machine and addresses its effects,
 //!   `operate.rs` carries out operator requests (pauses, cordons,
 //!   activations, drains), `dry_run.rs` what a group whose handler is `log`
-//!   gets instead of operations (decisions marked `dry_run`).
+//!   gets instead of operations (decisions marked `dry_run`), `fence.rs`
+//!   the leader epoch stamped on what the core emits and a node's
+//!   `stale_epoch` refusal.
 //!
 //! Besides the journal's changes, the coordinator keeps the history records
 //! of what it did (saga steps, operator requests) for the driver to append
@@ -44,6 +46,7 @@ pub mod scale_up;
 mod drive;
 mod dry_run;
 mod evaluate;
+mod fence;
 mod operate;
 mod route;
 
@@ -61,7 +64,8 @@ use gearshift_proto::msg::{GroupStats, NodeProperties};
 use uuid::Uuid;
 
 pub use self::actions::{
-    Action, CallResult, CallTag, Changes, Effect, HandlerCall, Meta, Out, PaasCall, Restored, dur,
+    Action, CallResult, CallTag, Changes, Effect, HandlerCall, Meta, Out, PaasCall, Restored,
+    StaleEpoch, dur,
 };
 pub use self::facts::Facts;
 use self::operator::Marks;

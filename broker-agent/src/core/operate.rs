@@ -237,6 +237,7 @@ impl Core {
             let corr = OpId::new((self.idgen)());
             let msg = Message::Activate(Activate {
                 reason: format!("operator {by} asked to activate {node}"),
+                epoch: self.meta.epoch,
             });
             acts.push(Action::Send {
                 node: node.to_string(),

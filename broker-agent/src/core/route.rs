@@ -65,6 +65,8 @@ impl Core {
     }
 
     /// A node's event about one of our commands (already authenticated).
+    /// A `stale_epoch` refusal is not the operation's business: it becomes
+    /// [`Action::StaleEpoch`] (`fence.rs`).
     pub fn on_event(
         &mut self,
         from: &str,
@@ -72,6 +74,11 @@ impl Core {
         msg: &Message,
         now: DateTime<Utc>,
     ) -> Vec<Action> {
+        if let Message::Refused(r) = msg
+            && let Some(a) = self.stale_epoch(from, r)
+        {
+            return vec![a];
+        }
         let Some(corr) = corr else {
             return vec![];
         };

@@ -307,6 +307,32 @@ pub(crate) fn start_drain(h: &mut H) -> (OpId, Uuid) {
     (corr, id)
 }
 
+/// [`start_drain`], then the node deactivated with `n` gears, evacuated,
+/// and reporting itself empty: the saga asks the handler to remove it.
+pub(crate) fn drain_to_removal(h: &mut H, n: usize) -> OpId {
+    let (op, cmd) = start_drain(h);
+    let a = done(
+        h,
+        &op,
+        cmd,
+        "cmd.deactivate",
+        CommandResult::Deactivated { gears: gears(n) },
+    );
+    let (_, _, evac, _) = sends(&a).pop().expect("cmd.evacuate");
+    let evacuated = CommandResult::Evacuated {
+        moved: n as u32,
+        failed: 0,
+        results: vec![],
+        gears_left: 0,
+    };
+    done(h, &op, evac, "cmd.evacuate", evacuated);
+    h.advance(1);
+    let mut r = rep("c", "d1", "small", 100, 0, 0);
+    r.active = false;
+    h.report(r);
+    op
+}
+
 pub(crate) fn done(
     h: &mut H,
     op: &OpId,

@@ -312,6 +312,7 @@ mod tests {
             handler: None,
             stats: None,
             dry_run: false,
+            epoch: 0,
         }
     }
 

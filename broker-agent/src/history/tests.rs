@@ -22,6 +22,7 @@ fn decision(district: &str, i: u32) -> Record {
             handler: Some("log".into()),
             stats: None,
             dry_run: false,
+            epoch: 0,
         }),
     }
 }
@@ -124,6 +125,7 @@ fn reading_filters_by_time_and_group_and_skips_torn_lines() {
             handler: None,
             stats: None,
             dry_run: false,
+            epoch: 0,
         }),
     };
     w.append(&breaker).unwrap();

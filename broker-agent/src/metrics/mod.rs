@@ -53,6 +53,7 @@ pub struct Metrics {
     nodes: Gauge,
     reloads: Family<Labels, Counter>,
     reload_refused: Gauge,
+    stale_epoch: Counter,
     capacity: Capacity,
 }
 
@@ -109,6 +110,7 @@ impl Metrics {
             nodes: Gauge::default(),
             reloads: Family::default(),
             reload_refused: Gauge::default(),
+            stale_epoch: Counter::default(),
             capacity: Capacity::default(),
         };
         m.capacity.register(&mut r);
@@ -171,6 +173,11 @@ impl Metrics {
             "1 while the last reload was refused: the file on disk is not what runs",
             m.reload_refused.clone(),
         );
+        r.register(
+            "stale_epoch",
+            "Commands nodes refused as older than the newest leader epoch they have seen (this agent was deposed or is behind)",
+            m.stale_epoch.clone(),
+        );
         Metrics {
             registry: Arc::new(Mutex::new(r)),
             ..m
@@ -214,6 +221,11 @@ impl Metrics {
         let result = if applied { "applied" } else { "refused" };
         self.reloads.get_or_create(&l(&[("result", result)])).inc();
         self.reload_refused.set(i64::from(!applied));
+    }
+
+    /// A node refused a command of ours with `stale_epoch`.
+    pub fn stale_epoch(&self) {
+        self.stale_epoch.inc();
     }
 
     /// An evaluation ran.

@@ -247,6 +247,15 @@ impl Driver {
                     .await;
                 return Some(Input::Persisted(r.map(drop).map_err(|e| e.to_string())));
             }
+            Action::PersistEpoch(epoch) => {
+                let r = sh
+                    .state_file
+                    .update(&sh.tracker, move |st| st.epoch = st.epoch.max(epoch))
+                    .await;
+                return Some(Input::EpochPersisted(
+                    r.map(drop).map_err(|e| e.to_string()),
+                ));
+            }
             Action::PersistRemoved { at } => {
                 let r = sh
                     .state_file

@@ -208,7 +208,7 @@ impl Agent {
         }
         let metrics = config.metrics.clone();
         metrics.active.set(i64::from(node_state.active));
-        let core = NodeCore::new(node_state.active, journal);
+        let core = NodeCore::new(node_state.active, journal).with_epoch(node_state.epoch);
         let view = View {
             active: node_state.active,
             operation: None,

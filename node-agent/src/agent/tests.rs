@@ -46,6 +46,7 @@ fn evac(w: &SimWorld, parallelism: Option<u32>) -> Evacuate {
         parallelism,
         deadline: None,
         watch: false,
+        epoch: 0,
     }
 }
 

@@ -54,24 +54,9 @@ impl NodeCore {
                 if let Err(e) = TimePolicy::check(&policy(cx), &env, now) {
                     return self.refuse(Refusal::auth(&env, &e), c.tag, now, out);
                 }
-                let entry = JournalEntry {
-                    id: env.id,
-                    kind: env.kind().as_str().to_string(),
-                    corr: env.corr.clone(),
-                    ts: env.ts,
-                    received_at: now,
-                    status: EntryStatus::Running,
-                    result: None,
-                    acked: false,
-                    boot: cx.config.boot,
-                };
-                out.push(Action::JournalBegin(entry.clone()));
-                self.current = Some(Box::new(Current {
-                    env,
-                    tag: c.tag,
-                    entry: Some(entry),
-                    wait: Wait::Journal,
-                }));
+                if let Some(env) = self.fence(env, c.tag, now, out) {
+                    self.begin_journal(cx, env, c.tag, now, out);
+                }
             }
             Seen::Running => {
                 tracing::info!(id = %env.id, kind = %env.kind(), "command seen before and not finished: resuming");
@@ -90,6 +75,46 @@ impl NodeCore {
                 self.refuse(Refusal::auth(&env, &e), c.tag, now, out)
             }
         }
+    }
+
+    /// Journals the new command `env`; it runs once the entry is durable.
+    pub(super) fn begin_journal(
+        &mut self,
+        cx: Cx<'_>,
+        env: Envelope,
+        tag: Tag,
+        now: DateTime<Utc>,
+        out: &mut Vec<Action>,
+    ) {
+        let entry = JournalEntry {
+            id: env.id,
+            kind: env.kind().as_str().to_string(),
+            corr: env.corr.clone(),
+            ts: env.ts,
+            received_at: now,
+            status: EntryStatus::Running,
+            result: None,
+            acked: false,
+            boot: cx.config.boot,
+        };
+        out.push(Action::JournalBegin(entry.clone()));
+        self.current = Some(Box::new(Current {
+            env,
+            tag,
+            entry: Some(entry),
+            wait: Wait::Journal,
+        }));
+    }
+
+    /// Scans the runtime for `cmd.inventory` `env`.
+    pub(super) fn begin_inventory(&mut self, env: Envelope, tag: Tag, out: &mut Vec<Action>) {
+        out.push(Action::Scan(Scan::Inventory));
+        self.current = Some(Box::new(Current {
+            env,
+            tag,
+            entry: None,
+            wait: Wait::Scan,
+        }));
     }
 
     /// `cmd.ping` and `cmd.inventory`: no journal, an in-memory replay guard.
@@ -117,13 +142,9 @@ impl NodeCore {
             });
             return;
         }
-        out.push(Action::Scan(Scan::Inventory));
-        self.current = Some(Box::new(Current {
-            env,
-            tag,
-            entry: None,
-            wait: Wait::Scan,
-        }));
+        if let Some(env) = self.fence(env, tag, now, out) {
+            self.begin_inventory(env, tag, out);
+        }
     }
 
     /// Time window, then the ping guard (shared by directed and broadcast pings).

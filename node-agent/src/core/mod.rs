@@ -21,6 +21,11 @@
 //! | `cmd.heat_signal` | yes | the result was queued for publication |
 //! | `cmd.inventory`, `cmd.ping` | no (read-only; in-memory replay guard) | answered |
 //!
+//! Before any of that, a new command's leader epoch is fenced (`fence`):
+//! older than the newest this node has seen, refused (`stale_epoch`);
+//! newer, persisted ([`Action::PersistEpoch`], answered by
+//! [`Input::EpochPersisted`]) before the command is journaled or acted upon.
+//!
 //! Commands are handled one at a time, in arrival order (later ones wait in
 //! a queue); broadcast pings, move results and completions are handled at once.
 //!
@@ -28,6 +33,7 @@
 //! - this file: the inputs, actions and configuration, and the dispatch;
 //! - `command`: intake (refusals, the journal's new / running /
 //!   done-redelivered / replayed decision), pings and inventory;
+//! - `fence`: leader epochs, stale ones refused, newer ones persisted first;
 //! - `activation`: `cmd.deactivate` and `cmd.activate`;
 //! - `evacuation`: `cmd.evacuate`, the per-gear scheduling and checkpoints,
 //!   resumption after a restart;
@@ -37,6 +43,7 @@
 mod activation;
 mod command;
 mod evacuation;
+mod fence;
 mod refusals;
 mod removal;
 #[cfg(test)]
@@ -230,6 +237,9 @@ pub enum Input {
     Journaled(Result<(), String>),
     /// The active flag is durable (or could not be written).
     Persisted(Result<(), String>),
+    /// The epoch asked for by [`Action::PersistEpoch`] is durable (or
+    /// could not be written).
+    EpochPersisted(Result<(), String>),
     /// A runtime scan ended.
     Scanned {
         /// What it was for.
@@ -298,6 +308,9 @@ pub enum Action {
         /// When.
         at: DateTime<Utc>,
     },
+    /// Persist the newest leader epoch seen (fsync), in its own field of
+    /// the state file (the journal is pruned); answer [`Input::EpochPersisted`].
+    PersistEpoch(u64),
     /// Note in the state file that the node was removed (a failure is logged).
     PersistRemoved {
         /// When.
@@ -383,12 +396,19 @@ struct Current {
 /// What the current command waits for.
 #[derive(Debug)]
 enum Wait {
+    /// A newer leader epoch is being persisted.
+    Epoch(u64),
     Journal,
-    State { active: bool },
+    State {
+        active: bool,
+    },
     Scan,
     Plan,
     Save(Box<Plan>),
-    Signal { removal: bool, action: HeatAction },
+    Signal {
+        removal: bool,
+        action: HeatAction,
+    },
     Confirm,
 }
 
@@ -399,6 +419,8 @@ pub struct NodeCore {
     active: bool,
     stopping: bool,
     removed: bool,
+    /// The newest leader epoch seen, as persisted.
+    epoch: u64,
     journal: Journal,
     pings: Option<Box<ReplayGuard>>,
     current: Option<Box<Current>>,
@@ -415,6 +437,7 @@ impl NodeCore {
             active,
             stopping: false,
             removed: false,
+            epoch: 0,
             journal,
             pings: None,
             current: None,
@@ -422,6 +445,13 @@ impl NodeCore {
             evacs: Vec::new(),
             answers: None,
         }
+    }
+
+    /// The same core, knowing that leader epoch `epoch` was persisted (the
+    /// state file's `epoch`, read at start).
+    pub fn with_epoch(mut self, epoch: u64) -> NodeCore {
+        self.epoch = epoch;
+        self
     }
 
     /// Whether the node accepts gears (as persisted).
@@ -463,6 +493,7 @@ impl NodeCore {
             }
             Input::Journaled(r) => self.on_journaled(cx, r, now, &mut out),
             Input::Persisted(r) => self.on_persisted(cx, r, &mut out),
+            Input::EpochPersisted(r) => self.on_epoch_persisted(cx, r, now, &mut out),
             Input::Scanned {
                 scan: Scan::Evacuated(op),
                 result,

@@ -40,6 +40,19 @@ impl NodeCore {
         now: DateTime<Utc>,
         out: &mut Vec<Action>,
     ) {
+        self.refuse_naming(r, None, tag, now, out);
+    }
+
+    /// [`NodeCore::refuse`], the answer naming leader epoch `epoch` (the
+    /// newest seen, for `stale_epoch`).
+    pub(super) fn refuse_naming(
+        &mut self,
+        r: Refusal,
+        epoch: Option<u64>,
+        tag: Tag,
+        now: DateTime<Utc>,
+        out: &mut Vec<Action>,
+    ) {
         out.push(Action::Count {
             kind: r.kind_label(),
             outcome: "refused",
@@ -58,6 +71,7 @@ impl NodeCore {
                     cmd: r.id,
                     reason: r.reason.to_string(),
                     detail,
+                    epoch,
                 },
                 r.corr.as_deref(),
             ));
@@ -89,6 +103,7 @@ impl NodeCore {
                         held.since
                             .to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
                     ),
+                    epoch: None,
                 },
                 None,
             ));

@@ -369,6 +369,7 @@ mod tests {
             parallelism,
             deadline: None,
             watch: false,
+            epoch: 0,
         }
     }
 

@@ -2,7 +2,8 @@
 //!
 //! ```text
 //! <dir>/lock                 flock held by the running agent
-//! <dir>/state.json           active/inactive flag, report sequence reservation
+//! <dir>/state.json           active/inactive flag, report sequence reservation,
+//!                            the newest leader epoch seen
 //! <dir>/journal/<id>.json    one entry per accepted command (the persisted replay guard)
 //! <dir>/evac/<key>.json      one checkpoint per evacuation operation
 //! <dir>/status.json          a snapshot for `gearshift-node status` (not authoritative)
@@ -154,6 +155,11 @@ pub struct NodeState {
     /// Set once `cmd.remove` completed: the node is going away.
     #[serde(default)]
     pub removed_at: Option<DateTime<Utc>>,
+    /// The newest broker leader epoch this node has seen: new commands of
+    /// an older epoch are refused (`stale_epoch`). Only ever raised, and
+    /// written before a command of a newer epoch is journaled. Absent: 0.
+    #[serde(default)]
+    pub epoch: u64,
 }
 
 impl Default for NodeState {
@@ -165,6 +171,7 @@ impl Default for NodeState {
             changed_by: None,
             seq_reserved: 0,
             removed_at: None,
+            epoch: 0,
         }
     }
 }

@@ -11,6 +11,9 @@ pub struct Deactivate {
     /// Why, for the node's log.
     #[serde(default)]
     pub reason: String,
+    /// The sending broker agent's leader epoch ([`super::fence`]); absent: 0.
+    #[serde(default, skip_serializing_if = "super::fence::is_zero")]
+    pub epoch: u64,
 }
 
 /// `cmd.activate`: accept new gears again. Persisted by the node.
@@ -19,6 +22,9 @@ pub struct Activate {
     /// Why, for the node's log.
     #[serde(default)]
     pub reason: String,
+    /// The sending broker agent's leader epoch ([`super::fence`]); absent: 0.
+    #[serde(default, skip_serializing_if = "super::fence::is_zero")]
+    pub epoch: u64,
 }
 
 /// One gear to move and where to.
@@ -50,6 +56,9 @@ pub struct Evacuate {
     /// as for its own moves. Absent (false): the node moves the gears.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub watch: bool,
+    /// The sending broker agent's leader epoch ([`super::fence`]); absent: 0.
+    #[serde(default, skip_serializing_if = "super::fence::is_zero")]
+    pub epoch: u64,
 }
 
 impl Validate for Evacuate {
@@ -79,6 +88,9 @@ pub struct Remove {
     /// Why, for the node's log.
     #[serde(default)]
     pub reason: String,
+    /// The sending broker agent's leader epoch ([`super::fence`]); absent: 0.
+    #[serde(default, skip_serializing_if = "super::fence::is_zero")]
+    pub epoch: u64,
 }
 
 /// `cmd.ping`: answer with a `pong` on the reply queue (or on `event.<node>`).
@@ -119,6 +131,9 @@ pub struct HeatSignal {
     /// Why; sent to Heat as the reason where the API takes one.
     #[serde(default)]
     pub reason: String,
+    /// The sending broker agent's leader epoch ([`super::fence`]); absent: 0.
+    #[serde(default, skip_serializing_if = "super::fence::is_zero")]
+    pub epoch: u64,
 }
 
 impl Validate for HeatSignal {
@@ -129,7 +144,11 @@ impl Validate for HeatSignal {
 
 /// `cmd.inventory`: answer with the node's gear list in `event.done`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
-pub struct InventoryRequest {}
+pub struct InventoryRequest {
+    /// The sending broker agent's leader epoch ([`super::fence`]); absent: 0.
+    #[serde(default, skip_serializing_if = "super::fence::is_zero")]
+    pub epoch: u64,
+}
 
 impl Validate for Deactivate {
     fn validate(&self) -> Result<(), String> {

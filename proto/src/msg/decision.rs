@@ -112,6 +112,12 @@ pub struct Decision {
     /// Absent (false) on decisions that act.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub dry_run: bool,
+    /// The deciding broker agent's leader epoch ([`super::fence`]); absent: 0
+    /// (a single agent without high availability). A watcher that sees
+    /// decisions of two epochs keeps those of the higher one: the lower
+    /// comes from a deposed leader that has not noticed yet.
+    #[serde(default, skip_serializing_if = "super::fence::is_zero")]
+    pub epoch: u64,
 }
 
 /// What one evaluation concluded for a node group.

@@ -166,6 +166,10 @@ pub struct Refused {
     pub reason: String,
     /// Human-readable detail.
     pub detail: String,
+    /// With reason `stale_epoch`: the newest leader epoch the node has
+    /// seen, which the refused command's epoch is below. Absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub epoch: Option<u64>,
 }
 
 /// `pong`: answer to `cmd.ping`.

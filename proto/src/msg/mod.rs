@@ -8,6 +8,7 @@ mod admin;
 mod command;
 mod decision;
 mod event;
+pub mod fence;
 mod placement;
 mod report;
 
@@ -15,6 +16,7 @@ pub use admin::*;
 pub use command::*;
 pub use decision::*;
 pub use event::*;
+pub use fence::STALE_EPOCH;
 pub use placement::*;
 pub use report::*;
 

@@ -93,6 +93,7 @@ impl LiteFleet {
         match a {
             Action::JournalBegin(_) => Some(Input::Journaled(Ok(()))),
             Action::PersistActive { .. } => Some(Input::Persisted(Ok(()))),
+            Action::PersistEpoch(_) => Some(Input::EpochPersisted(Ok(()))),
             Action::Scan(scan) => {
                 let gears = gear_infos(&lock(&self.nodes[i].state));
                 Some(Input::Scanned {

@@ -220,6 +220,8 @@ impl Run {
             match a {
                 Action::Decide(d) => self.out.steps.push(Step::of(&d, now)),
                 Action::Explain(_) => self.out.explanations += 1,
+                // One agent, one epoch: no node can have seen a newer one.
+                Action::StaleEpoch(_) => {}
                 Action::Send {
                     node,
                     corr,

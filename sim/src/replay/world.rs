@@ -328,6 +328,7 @@ impl World {
         match a {
             Action::JournalBegin(_) => Some(Input::Journaled(Ok(()))),
             Action::PersistActive { .. } => Some(Input::Persisted(Ok(()))),
+            Action::PersistEpoch(_) => Some(Input::EpochPersisted(Ok(()))),
             Action::Scan(scan) => Some(Input::Scanned {
                 scan,
                 result: Ok(gear_infos(&n.st)),

@@ -42,6 +42,7 @@ pub async fn refusals(url: &str) {
     let deact = ctl.command(
         Deactivate {
             reason: "test".into(),
+            epoch: 0,
         },
         Some("op-1"),
     );
@@ -181,7 +182,7 @@ pub async fn deactivate_survives_restart(url: &str) {
     let reason = "scale-down".to_string();
     let id = b
         .ctl
-        .send(&b.node, Deactivate { reason }, Some("sd-1"))
+        .send(&b.node, Deactivate { reason, epoch: 0 }, Some("sd-1"))
         .await;
     let out = events.outcome(id, WAIT).await;
     assert_eq!(out.corr.as_deref(), Some("sd-1"));
@@ -327,7 +328,7 @@ pub async fn inventory_heat_and_remove(url: &str) {
     let b = Bed::new(url, "n-remove-", 2).await;
     let mut events = b.events().await;
     let running = b.start(b.config()).await;
-    let id = b.ctl.send(&b.node, InventoryRequest {}, None).await;
+    let id = b.ctl.send(&b.node, InventoryRequest::default(), None).await;
     match done(&events.outcome(id, WAIT).await) {
         CommandResult::Inventory { gears } => assert_eq!(gears.len(), 2),
         other => panic!("{other:?}"),
@@ -335,6 +336,7 @@ pub async fn inventory_heat_and_remove(url: &str) {
     let signal = HeatSignal {
         action: HeatAction::ScaleUp,
         reason: "more".into(),
+        epoch: 0,
     };
     let id = b.ctl.send(&b.node, signal, None).await;
     match &events.outcome(id, WAIT).await.msg {
@@ -356,11 +358,13 @@ pub async fn inventory_heat_and_remove(url: &str) {
         parallelism: None,
         deadline: None,
         watch: false,
+        epoch: 0,
     };
     let id = b.ctl.send(&b.node, evacuate, Some("rm-1")).await;
     events.outcome(id, WAIT).await;
     let remove = Remove {
         reason: "empty".into(),
+        epoch: 0,
     };
     let id = b.ctl.send(&b.node, remove, Some("rm-1")).await;
     match done(&events.outcome(id, WAIT).await) {

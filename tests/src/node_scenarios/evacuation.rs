@@ -46,6 +46,7 @@ pub async fn evacuation_with_progress(url: &str) {
         parallelism: Some(3),
         deadline: None,
         watch: false,
+        epoch: 0,
     };
     let id = b.ctl.send(&b.node, evacuate, Some("evac-1")).await;
     let ack = events.next(WAIT).await;
@@ -140,6 +141,7 @@ async fn evacuation_sent_again(b: &Bed, events: &mut Verified, moves: Vec<Move>,
         parallelism: None,
         deadline: None,
         watch: false,
+        epoch: 0,
     };
     let id2 = b.ctl.send(&b.node, evacuate, Some("evac-1")).await;
     let e = events.outcome(id2, WAIT).await;
@@ -168,6 +170,7 @@ pub async fn evacuation_resumes_after_restart(url: &str) {
         parallelism: Some(2),
         deadline: None,
         watch: false,
+        epoch: 0,
     };
     let id = b.ctl.send(&b.node, evacuate, Some("resume-1")).await;
     events

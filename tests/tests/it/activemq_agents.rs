@@ -258,7 +258,9 @@ async fn node_drops_an_oversized_message_and_acts_on_the_next_command_activemq()
     big.close().await;
 
     let reason = "after the big one".to_string();
-    let id = ctl.send(&node, Deactivate { reason }, Some("sd-big")).await;
+    let id = ctl
+        .send(&node, Deactivate { reason, epoch: 0 }, Some("sd-big"))
+        .await;
     let out = events.outcome(id, WAIT).await;
     match &out.msg {
         Message::Done(d) => assert!(

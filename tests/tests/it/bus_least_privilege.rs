@@ -100,7 +100,7 @@ async fn a_node_bus_user_reaches_only_its_own_keys_and_queue() {
     let agent = Running::start(cfg, as_node(&user, "agent").await, rt);
     let r = reports.report(WAIT, "a report", |_| true).await;
     assert_eq!(r.node, node);
-    let cmd = ctl.send(&node, InventoryRequest {}, None).await;
+    let cmd = ctl.send(&node, InventoryRequest::default(), None).await;
     let done = events.outcome(cmd, WAIT).await;
     assert!(matches!(done.msg, Message::Done(_)), "{:?}", done.msg);
 

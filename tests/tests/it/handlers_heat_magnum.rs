@@ -24,6 +24,7 @@ fn create(op: &str) -> CreateRequest {
         group: group(),
         shape: NodeShape::default(),
         attempt: 1,
+        epoch: 0,
     }
 }
 
@@ -34,6 +35,7 @@ fn remove(op: &str, node: &str) -> RemoveRequest {
         node: node.into(),
         cloud_id: None,
         attempt: 1,
+        epoch: 0,
     }
 }
 

@@ -15,8 +15,12 @@ use gearshift_proto::msg::{CommandResult, Done, Failed, HeatAction};
 use gearshift_proto::sign::{TimePolicy, authenticate};
 use gearshift_proto::{Envelope, KeyPair, Keyring, Message, Role, routing};
 
-/// (node, action, corr) of every command the test nodes received.
-type Seen = Arc<Mutex<Vec<(String, HeatAction, Option<String>)>>>;
+/// (node, action, corr, leader epoch) of every command the test nodes received.
+type Seen = Arc<Mutex<Vec<(String, HeatAction, Option<String>, u64)>>>;
+
+/// The broker agent's leader epoch in the requests: the handler stamps it
+/// on the commands it sends (nodes refuse older ones).
+const EPOCH: u64 = 7;
 
 /// How a test node answers.
 #[derive(Clone, Copy, PartialEq)]
@@ -61,9 +65,12 @@ async fn spawn_node(
                 panic!("not a heat signal")
             };
             assert!(sig.reason.contains("gearshift"), "{}", sig.reason);
-            seen.lock()
-                .unwrap()
-                .push((name.clone(), sig.action, dec.envelope.corr.clone()));
+            seen.lock().unwrap().push((
+                name.clone(),
+                sig.action,
+                dec.envelope.corr.clone(),
+                sig.epoch,
+            ));
             let cmd = dec.envelope.id;
             let body: Message = match how {
                 Behaviour::Silent => continue,
@@ -171,6 +178,7 @@ fn create(op: &str) -> CreateRequest {
         group: group(),
         shape: NodeShape::default(),
         attempt: 1,
+        epoch: EPOCH,
     }
 }
 
@@ -207,6 +215,7 @@ async fn scale_up_skips_a_silent_node_and_uses_the_next() {
             (names[1].as_str(), HeatAction::ScaleUp)
         );
         assert_eq!(seen[1].2.as_deref(), Some("op-up/scale_up"));
+        assert!(seen.iter().all(|x| x.3 == EPOCH), "{transport}: {seen:?}");
     }
 }
 
@@ -228,13 +237,15 @@ async fn removal_asks_the_victim_to_mark_itself_and_nothing_more() {
             node: names[0].clone(),
             cloud_id: None,
             attempt: 1,
+            epoch: EPOCH,
         };
         tokio::time::timeout(Duration::from_secs(20), s.handler.remove_node(&req))
             .await
             .expect("bounded")
             .unwrap_or_else(|e| panic!("{transport}: {e}"));
         let seen = s.seen.lock().unwrap().clone();
-        let got: Vec<(String, HeatAction)> = seen.into_iter().map(|(n, a, _)| (n, a)).collect();
+        assert!(seen.iter().all(|x| x.3 == EPOCH), "{transport}: {seen:?}");
+        let got: Vec<(String, HeatAction)> = seen.into_iter().map(|(n, a, ..)| (n, a)).collect();
         assert_eq!(
             got,
             vec![(names[0].clone(), HeatAction::MarkUnhealthy)],
@@ -252,6 +263,7 @@ async fn removal_asks_the_victim_to_mark_itself_and_nothing_more() {
         node: names[0].clone(),
         cloud_id: None,
         attempt: 1,
+        epoch: 0,
     };
     s.handler.remove_node(&req).await.unwrap();
     let got: Vec<HeatAction> = s.seen.lock().unwrap().iter().map(|x| x.1).collect();

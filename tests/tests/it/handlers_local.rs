@@ -33,6 +33,7 @@ fn create(op: &str) -> CreateRequest {
             ..NodeShape::default()
         },
         attempt: 2,
+        epoch: 0,
     }
 }
 
@@ -43,6 +44,7 @@ fn remove(op: &str) -> RemoveRequest {
         node: "node-4.example.com".into(),
         cloud_id: Some("srv-44".into()),
         attempt: 1,
+        epoch: 0,
     }
 }
 

@@ -53,6 +53,7 @@ fn create(op: &str, volume: Option<u32>) -> CreateRequest {
         group: group(),
         shape: shape(volume),
         attempt: 1,
+        epoch: 0,
     }
 }
 
@@ -276,6 +277,7 @@ async fn remove_deletes_server_and_volume_and_is_idempotent() {
         node: node.clone(),
         cloud_id: None,
         attempt: 1,
+        epoch: 0,
     };
     let r = h.remove_node(&req).await.unwrap();
     assert!(r.gone, "{}", r.detail);

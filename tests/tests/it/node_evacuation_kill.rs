@@ -188,6 +188,7 @@ async fn evacuation_survives_sigkill(url: &str) {
         parallelism: None,
         deadline: None,
         watch: false,
+        epoch: 0,
     };
     let cmd = ctl.send(node, evacuate, Some("kill-test")).await;
     let done = kill_until_done(&mut proc, &mut events, cmd, &mut rng, base, &su).await;

@@ -128,6 +128,7 @@ impl HeatNode {
         let signal = HeatSignal {
             action,
             reason: reason.to_string(),
+            epoch: 0,
         };
         let id = self.ctl.send(&self.node, signal, Some("op-h")).await;
         self.events.outcome(id, WAIT).await
@@ -157,6 +158,7 @@ async fn alarm_urls(s: &Setup, n: &mut HeatNode) {
         let signal = HeatSignal {
             action,
             reason: "capacity".into(),
+            epoch: 0,
         };
         let id = n.ctl.send(&n.node, signal, Some("op-h")).await;
         let ack = n.events.next(WAIT).await;
@@ -343,6 +345,7 @@ async fn remove_marks_unhealthy(url: &str) {
     s.os.clear_requests();
     let remove = Remove {
         reason: "scale-down sd-9".into(),
+        epoch: 0,
     };
     let id = n.ctl.send(&n.node, remove, Some("sd-9")).await;
     let out = n.events.outcome(id, WAIT).await;

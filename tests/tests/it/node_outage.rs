@@ -52,6 +52,7 @@ async fn outage(direct_url: &str, upstream: SocketAddr, proxied_url: impl Fn(u16
                 parallelism: Some(1),
                 deadline: None,
                 watch: false,
+                epoch: 0,
             },
             Some("outage-1"),
         )

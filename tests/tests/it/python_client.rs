@@ -127,6 +127,8 @@ fn decision(broker_key: &KeyPair, district: &str) -> Vec<u8> {
         handler: Some("log".into()),
         stats: Some(GroupStats::default()),
         dry_run: false,
+        // A leader's decision: the client verifies the epoch with the rest.
+        epoch: 7,
     };
     broker_key.seal(Envelope::new("broker", decision).with_corr("op-test"))
 }
@@ -180,6 +182,7 @@ async fn run(transport: &str) {
     assert_eq!(decision_line["kind"], "decision");
     assert_eq!(decision_line["verified"], true, "{decision_line}");
     assert_eq!(decision_line["body"]["decision"], "scale_up");
+    assert_eq!(decision_line["body"]["epoch"], 7);
     assert_eq!(decision_line["corr"], "op-test");
 
     let status = tokio::time::timeout(Duration::from_secs(15), child.wait())

@@ -211,6 +211,7 @@ impl ScaleDown {
             parallelism: Some(parallelism),
             deadline: Some(deadline),
             watch,
+            epoch: 0,
         }
     }
 
@@ -247,7 +248,7 @@ impl ScaleDown {
             return self.abort(cx, why, false, now);
         }
         tracing::info!(op = %cx.op, why, "evacuation: another round");
-        let msg = Message::Inventory(InventoryRequest {});
+        let msg = Message::Inventory(InventoryRequest::default());
         self.enter(cx, DownStep::Inventorying, Some(msg), now)
     }
 }

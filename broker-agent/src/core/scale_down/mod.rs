@@ -330,6 +330,7 @@ impl ScaleDown {
     fn deactivate_node(&mut self, cx: &mut DownCtx<'_>, now: DateTime<Utc>) -> DownOut {
         let msg = Message::Deactivate(Deactivate {
             reason: cx.reason.to_string(),
+            epoch: 0,
         });
         self.enter(cx, DownStep::Deactivating, Some(msg), now)
     }
@@ -340,10 +341,12 @@ impl ScaleDown {
         Some(match &self.step {
             DownStep::Deactivating => Message::Deactivate(Deactivate {
                 reason: cx.reason.to_string(),
+                epoch: 0,
             }),
-            DownStep::Inventorying => Message::Inventory(InventoryRequest {}),
+            DownStep::Inventorying => Message::Inventory(InventoryRequest::default()),
             DownStep::Reactivating { .. } => Message::Activate(Activate {
                 reason: self.abort_reason.clone().unwrap_or_default(),
+                epoch: 0,
             }),
             DownStep::Evacuating => Message::Evacuate(self.evacuate_message(
                 cx,
@@ -448,6 +451,7 @@ impl ScaleDown {
             } else {
                 format!("scale-down aborted: {why}")
             },
+            epoch: 0,
         });
         self.abort_reason = Some(why);
         self.enter(cx, DownStep::Reactivating { cancel }, Some(msg), now)

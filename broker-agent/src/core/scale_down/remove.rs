@@ -27,6 +27,7 @@ impl ScaleDown {
             node: self.node.clone(),
             cloud_id: None,
             attempt: self.remove_attempt,
+            epoch: 0,
         })))
     }
 

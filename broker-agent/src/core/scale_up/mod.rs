@@ -288,6 +288,7 @@ impl ScaleUp {
             group: cx.group.clone(),
             shape: cx.cfg.group(cx.group).shape,
             attempt: self.attempt,
+            epoch: 0,
         })))
     }
 

@@ -11,6 +11,7 @@ fn deactivate_is_persisted_before_the_delivery_is_acknowledged() {
     let env = w.cmd(
         Deactivate {
             reason: "scale-down".into(),
+            epoch: 0,
         },
         Some("sd-1"),
     );
@@ -112,6 +113,7 @@ fn activate_while_evacuating_fails_the_pending_gears() {
             parallelism: Some(2),
             deadline: None,
             watch: false,
+            epoch: 0,
         },
         Some("sd-1"),
     );

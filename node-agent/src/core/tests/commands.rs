@@ -275,12 +275,12 @@ fn broadcast_pings_are_refused_quietly() {
 #[test]
 fn inventory_lists_the_gears_or_says_why_not() {
     let mut w = World::new();
-    let id = w.send(InventoryRequest {}, None);
+    let id = w.send(InventoryRequest::default(), None);
     assert!(
         matches!(w.outcome(id), Some(Message::Done(d)) if matches!(&d.result, CommandResult::Inventory { gears } if gears.len() == 2))
     );
     w.fail.scan = true;
-    let id = w.send(InventoryRequest {}, None);
+    let id = w.send(InventoryRequest::default(), None);
     assert!(
         matches!(w.outcome(id), Some(Message::Failed(f)) if f.retryable && f.error.contains("runtime down"))
     );

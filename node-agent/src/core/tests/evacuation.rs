@@ -27,6 +27,7 @@ fn evacuate(w: &World, parallelism: Option<u32>) -> Evacuate {
         parallelism,
         deadline: None,
         watch: false,
+        epoch: 0,
     }
 }
 

@@ -5,6 +5,7 @@
 mod activation;
 mod commands;
 mod evacuation;
+mod fence;
 mod removal;
 
 use std::collections::{HashMap, VecDeque};
@@ -42,6 +43,8 @@ pub(super) struct World {
     pub auto_confirm: bool,
     pub signal: Result<SignalOutcome, SignalError>,
     pub disk_active: bool,
+    /// The state file's leader epoch.
+    pub disk_epoch: u64,
     pub removed_at: Option<DateTime<Utc>>,
     pub journal: HashMap<Uuid, JournalEntry>,
     pub plans: HashMap<String, Plan>,
@@ -88,6 +91,7 @@ impl World {
                 detail: "ok".into(),
             }),
             disk_active: true,
+            disk_epoch: 0,
             removed_at: None,
             journal: HashMap::new(),
             plans: HashMap::new(),
@@ -105,7 +109,8 @@ impl World {
     /// The same disk and runtime after a restart (new boot id, new core).
     pub fn restart(&mut self) {
         let entries = self.journal.values().cloned();
-        self.core = NodeCore::new(self.disk_active, Journal::from_entries(entries));
+        self.core = NodeCore::new(self.disk_active, Journal::from_entries(entries))
+            .with_epoch(self.disk_epoch);
         self.config.boot = Uuid::new_v4();
         self.moves.clear();
         self.confirms.clear();
@@ -241,6 +246,13 @@ impl World {
                 }
                 self.disk_active = *active;
                 Some(Input::Persisted(Ok(())))
+            }
+            Action::PersistEpoch(epoch) => {
+                if self.fail.state {
+                    return Some(Input::EpochPersisted(Err("read-only file system".into())));
+                }
+                self.disk_epoch = self.disk_epoch.max(*epoch);
+                Some(Input::EpochPersisted(Ok(())))
             }
             Action::PersistRemoved { at } => {
                 self.removed_at = Some(*at);

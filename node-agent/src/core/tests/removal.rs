@@ -87,6 +87,7 @@ fn remove_runs_the_heat_action_when_configured() {
     let id = w.send(
         Remove {
             reason: "empty".into(),
+            epoch: 0,
         },
         None,
     );
@@ -137,6 +138,7 @@ fn heat_signals() {
     let signal = |action| HeatSignal {
         action,
         reason: String::new(),
+        epoch: 0,
     };
     let id = w.send(signal(HeatAction::ScaleUp), None);
     let f = failed(&w, id);
@@ -183,6 +185,7 @@ fn only_idempotent_signals_are_sent_again_after_a_restart() {
             HeatSignal {
                 action,
                 reason: String::new(),
+                epoch: 0,
             },
             None,
         );

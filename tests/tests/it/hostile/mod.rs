@@ -12,9 +12,12 @@
 //! - `flood`: `disruptive_hostile_flood`, 20,000 unsigned commands (serial
 //!   pass: it competes for the CPU), with its figures printed;
 //! - `config`: `check-config` on bad key files, and the operator commands
-//!   on a non-default `agent.admin_key`.
+//!   on a non-default `agent.admin_key`;
+//! - `fencing`: a deposed broker agent's commands (an older leader epoch),
+//!   refused and not acted upon.
 
 mod config;
+mod fencing;
 mod flood;
 mod refusals;
 mod startup;

@@ -26,6 +26,7 @@ fn create(op: &str) -> CreateRequest {
         group: group(),
         shape: NodeShape::default(),
         attempt: 1,
+        epoch: 0,
     }
 }
 
@@ -38,6 +39,7 @@ fn remove(op: &str, physical_id: &str) -> RemoveRequest {
         node: format!("{op}.example.com"),
         cloud_id: Some(physical_id.into()),
         attempt: 1,
+        epoch: 0,
     }
 }
 

@@ -105,6 +105,7 @@ async fn via_node(
         group: group(),
         shape: NodeShape::default(),
         attempt: 1,
+        epoch: 0,
     };
     let out = handler.create_node(&create).await.unwrap();
     assert!(
@@ -157,6 +158,7 @@ async fn via_node(
         node: node.clone(),
         cloud_id: None,
         attempt: 1,
+        epoch: 0,
     };
     let out = handler.remove_node(&req).await.unwrap();
     assert!(out.detail.contains("Heat is removing it"), "{}", out.detail);
