@@ -12,6 +12,7 @@
 
 use std::borrow::Borrow;
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
 
 use chrono::{DateTime, Utc};
 use gearshift_handlers::GroupKey;
@@ -23,6 +24,8 @@ pub use crate::core::operator::controls::{Cordon, Pause};
 pub use crate::core::scale_down::{DownEnd, DownStep, DrainProgress, Origin, ScaleDown};
 pub use crate::core::scale_up::{ScaleUp, UpStep};
 pub use crate::policy::GroupMemory;
+
+use crate::fleet::Fleet;
 
 /// An operation id, `op-` and 12 hex digits: the `corr` of its commands and
 /// decisions, and what a new node reports as `booted_for`.
@@ -183,9 +186,21 @@ pub struct GroupState {
 }
 
 /// Every operation, in flight and finished, by id.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Default)]
 pub struct Ops {
     by_id: BTreeMap<OpId, Op>,
+    /// [`Ops::removing_known`], remembered with the fleet membership it was
+    /// computed for; every change to an operation forgets it.
+    removing: Mutex<Option<(u64, Arc<BTreeSet<String>>)>>,
+}
+
+impl Clone for Ops {
+    fn clone(&self) -> Self {
+        Ops {
+            by_id: self.by_id.clone(),
+            removing: Mutex::default(),
+        }
+    }
 }
 
 impl Ops {
@@ -202,17 +217,24 @@ impl Ops {
     where
         OpId: Borrow<Q>,
     {
+        self.changed();
         self.by_id.get_mut(id)
     }
 
     /// Adds (or replaces) an operation.
     pub fn insert(&mut self, op: Op) {
+        self.changed();
         self.by_id.insert(op.id.clone(), op);
     }
 
     /// Takes an operation out (to step it while reading the others).
     pub fn remove(&mut self, id: &OpId) -> Option<Op> {
+        self.changed();
         self.by_id.remove(id)
+    }
+
+    fn changed(&mut self) {
+        *self.removing.get_mut().unwrap_or_else(|p| p.into_inner()) = None;
     }
 
     /// Every operation, by id.
@@ -255,6 +277,29 @@ impl Ops {
             .collect()
     }
 
+    /// The [`Ops::removing_nodes`] that `fleet` knows: the same figures
+    /// when excluded from the fleet's (which only counts nodes it knows),
+    /// and few. Remembered until an operation changes or a node joins or
+    /// leaves the fleet: asked for on every report.
+    pub fn removing_known(&self, fleet: &Fleet) -> Arc<BTreeSet<String>> {
+        let mut memo = self.removing.lock().unwrap_or_else(|p| p.into_inner());
+        let members = fleet.membership();
+        if let Some((m, set)) = memo.as_ref()
+            && *m == members
+        {
+            return set.clone();
+        }
+        let set: Arc<BTreeSet<String>> = Arc::new(
+            self.iter()
+                .filter_map(Op::down)
+                .filter(|d| d.is_removing() && fleet.get(&d.node).is_some())
+                .map(|d| d.node.clone())
+                .collect(),
+        );
+        *memo = Some((members, set.clone()));
+        set
+    }
+
     /// Nodes with a scale-down in flight.
     pub fn draining_nodes(&self) -> BTreeSet<String> {
         self.in_flight()
@@ -276,6 +321,7 @@ impl Ops {
         done.sort();
         let excess = done.len() - keep;
         let gone: Vec<OpId> = done.into_iter().take(excess).map(|(_, id)| id).collect();
+        self.changed();
         for id in &gone {
             self.by_id.remove(id);
         }

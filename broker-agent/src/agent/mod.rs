@@ -169,6 +169,8 @@ struct RunState {
     /// What building the last status cost: changes publish it at most
     /// every 20 such costs, so that a large fleet's status does not eat the loop.
     status_cost: Duration,
+    /// The status document's groups, rebuilt only when they changed.
+    status: crate::status::StatusBuilder,
     /// When the fleet snapshot was last refreshed, and what it cost.
     fleet_refreshed: Option<tokio::time::Instant>,
     fleet_cost: Duration,
@@ -234,6 +236,7 @@ impl RunState {
             last_status: None,
             status_dirty: false,
             status_cost: Duration::ZERO,
+            status: crate::status::StatusBuilder::default(),
             fleet_refreshed: None,
             fleet_cost: Duration::ZERO,
             pressure: None,

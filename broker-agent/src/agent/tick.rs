@@ -11,7 +11,6 @@ use gearshift_handlers::GroupKey;
 use super::{Agent, Result2, RunState};
 use crate::config::BrokerConfig;
 use crate::core::Core;
-use crate::status::Status;
 
 impl Agent {
     /// A tick: the core's deadlines, an evaluation when one is due, the
@@ -149,7 +148,9 @@ impl Agent {
         st.status_dirty = false;
         let t = std::time::Instant::now();
         self.metrics.refresh(core);
-        let mut s = Status::of(core, &self.cfg.agent.name, now, &st.refused);
+        let mut s = st
+            .status
+            .build(core, &self.cfg.agent.name, now, &st.refused);
         s.reload = st.reload.clone();
         s.ha = Some(st.ha.status(&self.cfg.agent.name, &self.cfg.agent.cluster));
         let _ = self.status_tx.send(Arc::new(s));

@@ -57,9 +57,15 @@ impl<'a> Facts<'a> {
                 .is_some_and(|e| e.report.do_not_disrupt)
     }
 
+    /// The nodes being removed (or removed) that the fleet still knows:
+    /// what the figures exclude (remembered; see [`Ops::removing_known`]).
+    pub fn removing(&self) -> std::sync::Arc<BTreeSet<String>> {
+        self.ops.removing_known(self.fleet)
+    }
+
     /// `oo-stats` figures of a group, excluding nodes being removed.
     pub fn group_stats(&self, g: &GroupKey, now: DateTime<Utc>) -> GroupStats {
-        self.group_stats_without(g, now, &self.ops.removing_nodes())
+        self.group_stats_without(g, now, &self.removing())
     }
 
     /// `oo-stats` figures of a group, excluding `removing`.
@@ -75,7 +81,7 @@ impl<'a> Facts<'a> {
 
     /// `oo-stats` figures of a profile, excluding nodes being removed.
     pub fn profile_stats(&self, profile: &str, now: DateTime<Utc>) -> GroupStats {
-        self.profile_stats_without(profile, now, &self.ops.removing_nodes())
+        self.profile_stats_without(profile, now, &self.removing())
     }
 
     /// `oo-stats` figures of a profile, excluding `removing`.

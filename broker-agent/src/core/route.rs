@@ -23,12 +23,17 @@ impl Core {
         let node = report.node.clone();
         // A late report from a node this agent removed (sent before it
         // stopped) must not bring it back as a missing node.
-        let removed_after_start = self.ops.iter().any(|op| {
-            op.down().is_some_and(|d| {
-                d.node == node && d.end == Some(DownEnd::Removed) && op.updated >= report.started_at
+        // (Only a node the fleet does not know: the scan is not on every report.)
+        let removed_after_start = || {
+            self.ops.iter().any(|op| {
+                op.down().is_some_and(|d| {
+                    d.node == node
+                        && d.end == Some(DownEnd::Removed)
+                        && op.updated >= report.started_at
+                })
             })
-        });
-        if removed_after_start && self.fleet.get(&node).is_none() {
+        };
+        if self.fleet.get(&node).is_none() && removed_after_start() {
             return Err(ReportRejected::Removed);
         }
         let total_gears = report.gears.total();

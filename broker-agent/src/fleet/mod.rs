@@ -156,6 +156,19 @@ pub struct Fleet {
     profiles: Mutex<HashMap<String, ProfileSums>>,
     /// Cordoned nodes, known or not yet reporting.
     cordoned: BTreeSet<String>,
+    /// When each group's figures last changed, on one counter for the whole
+    /// fleet (see [`Fleet::group_stamp`]).
+    stamps: Mutex<Stamps>,
+    /// Moves on whenever a node joins, leaves or changes group.
+    membership: u64,
+}
+
+/// The last change of each group, numbered from one counter: a stamp never
+/// comes back, even for a group that left and came back.
+#[derive(Debug, Default, Clone)]
+struct Stamps {
+    last: u64,
+    of: HashMap<GroupKey, u64>,
 }
 
 impl Clone for Fleet {
@@ -165,6 +178,8 @@ impl Clone for Fleet {
             by_group: self.by_group.clone(),
             by_district: self.by_district.clone(),
             cordoned: self.cordoned.clone(),
+            stamps: Mutex::new(lock(&self.stamps).clone()),
+            membership: self.membership,
             sums: Mutex::default(),
             uids: Mutex::default(),
             profiles: Mutex::default(),
@@ -197,27 +212,32 @@ impl Fleet {
                     });
                 }
                 let old_entry = e.clone();
-                let old = old_entry.group();
                 let e = NodeEntry {
                     report,
                     received: now,
                     first_seen: old_entry.first_seen,
                     cordoned: old_entry.cordoned,
                 };
-                let new = e.group();
-                if old == new && old_entry.report.district_uuid() == e.report.district_uuid() {
+                // The same profile and district: the same group (compared
+                // without building the keys, on every report).
+                let same = old_entry.report.profile == e.report.profile
+                    && old_entry.report.district_uuid() == e.report.district_uuid();
+                let mut moved_from = None;
+                if same {
                     // The common case, a periodic report: same group and
                     // district, so the remembered figures change by the
                     // difference between the two reports.
                     self.update_in_place(&old_entry, &e, now);
                 } else {
+                    let (old, new) = (old_entry.group(), e.group());
+                    moved_from = (old != new).then_some(old);
                     self.unindex(&old_entry);
                     self.index(&e);
                 }
                 self.nodes.insert(e.report.node.clone(), e);
                 Ok(Accepted {
                     new_node: false,
-                    moved_from: (old != new).then_some(old),
+                    moved_from,
                 })
             }
             None => {
@@ -326,6 +346,23 @@ impl Fleet {
     /// Every group with at least one node, sorted.
     pub fn groups(&self) -> Vec<GroupKey> {
         self.by_group.keys().cloned().collect()
+    }
+
+    /// A number that changes whenever a report, a cordon or a departure
+    /// changes what the fleet knows of group `g`'s nodes or of its
+    /// district's UIDs (0: never). What a caller built from the group's
+    /// nodes holds while the stamp is the one it saw and no node it counted
+    /// fresh went stale since.
+    pub fn group_stamp(&self, g: &GroupKey) -> u64 {
+        lock(&self.stamps).of.get(g).copied().unwrap_or(0)
+    }
+
+    /// A number that changes whenever a node joins or leaves the fleet (or
+    /// changes group), never shared with another fleet but a clone: what a
+    /// caller derived from which nodes are known holds while it is the
+    /// one it saw.
+    pub fn membership(&self) -> u64 {
+        self.membership
     }
 
     /// Nodes missing for longer than `forget_after`: to be dropped.

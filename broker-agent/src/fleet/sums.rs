@@ -3,6 +3,7 @@
 //! and the index upkeep that tells them what changed.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use chrono::{DateTime, Utc};
 use gearshift_handlers::GroupKey;
@@ -99,6 +100,7 @@ fn sub_stats(total: &mut GroupStats, s: &GroupStats) {
 impl Fleet {
     /// Files `e` in the indexes and forgets what its group and district remembered.
     pub(super) fn index(&mut self, e: &NodeEntry) {
+        self.membership = next_membership();
         let g = e.group();
         lock(&self.sums).remove(&g);
         self.share_changed(&g);
@@ -116,10 +118,20 @@ impl Fleet {
         }
     }
 
-    /// The share of `g` in its profile's total must be computed again.
+    /// The share of `g` in its profile's total must be computed again, and
+    /// the group's stamp moves on too.
     fn share_changed(&self, g: &GroupKey) {
         if let Some(p) = lock(&self.profiles).get_mut(&g.profile) {
             p.dirty.insert(g.clone());
+        }
+        let mut st = lock(&self.stamps);
+        st.last += 1;
+        let stamp = st.last;
+        match st.of.get_mut(g) {
+            Some(s) => *s = stamp,
+            None => {
+                st.of.insert(g.clone(), stamp);
+            }
         }
     }
 
@@ -198,6 +210,7 @@ impl Fleet {
 
     /// Removes `e` from the indexes and forgets what its group and district remembered.
     pub(super) fn unindex(&mut self, e: &NodeEntry) {
+        self.membership = next_membership();
         let g = e.group();
         lock(&self.sums).remove(&g);
         self.share_changed(&g);
@@ -401,6 +414,13 @@ impl Fleet {
         self.district_uids(district)
             .map(|(c, u)| c.saturating_sub(u))
     }
+}
+
+/// A membership number no fleet had before (two fleets never share one
+/// unless one is the other's clone, with the same nodes).
+fn next_membership() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
 #[derive(Debug, Clone, Default)]

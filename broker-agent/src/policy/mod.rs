@@ -157,7 +157,7 @@ pub fn evaluate(
     memory: &Memory<'_>,
     now: DateTime<Utc>,
 ) -> Verdicts {
-    let removing = facts.ops.removing_nodes();
+    let removing = facts.removing();
     let breaker = breaker(facts, cfg, &removing, now);
     let common = vec![reason("breaker", !breaker.open, breaker.detail.clone()), {
         let up = now - facts.started;
@@ -254,8 +254,8 @@ struct Eval<'a> {
     cfg: &'a BrokerConfig,
     memory: &'a Memory<'a>,
     now: DateTime<Utc>,
-    /// Nodes being removed (computed once).
-    removing: BTreeSet<String>,
+    /// Nodes being removed that the fleet knows (computed once).
+    removing: std::sync::Arc<BTreeSet<String>>,
     /// The operations in flight, by group (computed once).
     ops_by_group: BTreeMap<GroupKey, Vec<&'a crate::ops::Op>>,
     /// The breaker and the start-up grace: part of every explanation.

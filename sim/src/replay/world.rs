@@ -14,6 +14,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use chrono::{DateTime, Duration, Utc};
 use gearshift_broker::core::{CallResult, HandlerCall};
+use gearshift_broker::fleet::group_of;
 use gearshift_handlers::{Capacity, CreateOutcome, GroupKey, Lookup, Presence, RemoveOutcome};
 use gearshift_node::core::{
     Action, Command, CoreConfig, Cx, Input, MoveDone, MoveResult, NodeCore, Reply, Tag,
@@ -77,6 +78,8 @@ pub(super) struct NodeEvent {
 /// The nodes and the cloud.
 pub(super) struct World {
     nodes: BTreeMap<String, VNode>,
+    /// The names of `nodes` by group (the group of their template).
+    by_group: BTreeMap<GroupKey, BTreeSet<String>>,
     /// Nodes whose state changed since their last report.
     touched: BTreeSet<String>,
     /// Nodes without a trace: they report on their own.
@@ -101,6 +104,7 @@ impl World {
         node_cfg.time_window = Duration::days(3650);
         World {
             nodes: BTreeMap::new(),
+            by_group: BTreeMap::new(),
             touched: BTreeSet::new(),
             untraced: BTreeSet::new(),
             ghosts: BTreeMap::new(),
@@ -131,6 +135,14 @@ impl World {
         if !self.nodes.contains_key(&name) {
             let n = self.new_node(r.clone(), true, now);
             self.nodes.insert(name.clone(), n);
+            self.file(&name, None, Some(&r));
+        } else if let Some(old) = self
+            .nodes
+            .get(&name)
+            .filter(|n| !same_group(&r, &n.template))
+            .map(|n| n.template.clone())
+        {
+            self.file(&name, Some(&old), Some(&r));
         }
         let node = self.nodes.get_mut(&name)?;
         let diff = (counts.0 - node.recorded.0, counts.1 - node.recorded.1);
@@ -144,7 +156,7 @@ impl World {
         node.template = r;
         let report = report_of(&name, node);
         if moved {
-            self.shift(&name, &gearshift_broker::fleet::group_of(&report), diff);
+            self.shift(&name, &group_of(&report), diff);
         }
         Some(report)
     }
@@ -155,14 +167,15 @@ impl World {
         if diff == (0, 0) {
             return;
         }
+        // The group's nodes in name order, as a scan of every node meets them.
         let target = self
-            .nodes
-            .iter()
-            .filter(|(n, v)| {
-                n.as_str() != from
-                    && v.st.core.active()
-                    && gearshift_broker::fleet::group_of(&v.template) == *group
-            })
+            .by_group
+            .get(group)
+            .into_iter()
+            .flatten()
+            .filter(|n| n.as_str() != from)
+            .filter_map(|n| self.nodes.get(n).map(|v| (n, v)))
+            .filter(|(_, v)| v.st.core.active())
             .min_by_key(|(_, v)| v.st.started)
             .map(|(n, _)| n.clone());
         let Some(t) = target else {
@@ -176,6 +189,21 @@ impl World {
         let started = i64::from(v.st.started) + diff.1;
         set_load(&mut v.st, &mut self.next_gear, total, started);
         self.touched.insert(t);
+    }
+
+    /// Moves `name` in the group index from `old`'s group to `new`'s.
+    fn file(&mut self, name: &str, old: Option<&NodeReport>, new: Option<&NodeReport>) {
+        if let Some(g) = old.map(group_of)
+            && let Some(set) = self.by_group.get_mut(&g)
+        {
+            set.remove(name);
+            if set.is_empty() {
+                self.by_group.remove(&g);
+            }
+        }
+        if let Some(g) = new.map(group_of) {
+            self.by_group.entry(g).or_default().insert(name.to_string());
+        }
     }
 
     /// When the world next has something to report on its own (a boot, a
@@ -204,6 +232,7 @@ impl World {
             let n = self.new_node(r.clone(), false, now);
             self.untraced.insert(r.node.clone());
             self.nodes.insert(r.node.clone(), n);
+            self.file(&r.node, None, Some(&r));
         }
         let every = self.cloud.report_interval;
         let periodic = self
@@ -384,6 +413,7 @@ impl World {
             }
             HandlerCall::Remove(req) => {
                 if let Some(n) = self.nodes.remove(&req.node) {
+                    self.file(&req.node, Some(&n.template), None);
                     if n.traced {
                         self.ghosts
                             .insert(req.node.clone(), (req.group.clone(), n.recorded));
@@ -484,6 +514,12 @@ impl World {
         });
         name
     }
+}
+
+/// Whether two reports are of the same group (compared without building
+/// the keys: asked on every recorded report).
+fn same_group(a: &NodeReport, b: &NodeReport) -> bool {
+    a.profile == b.profile && a.district_uuid() == b.district_uuid()
 }
 
 /// Sets a node's gears to `total`, `started` of them started (new gear ids

@@ -1,5 +1,18 @@
 //! The status report: what `gearshift-broker status` prints, what the
 //! admin reply carries, and what an embedding program (the demo) watches.
+//!
+//! Layout: this file holds the document and its rendering; `parts.rs` builds
+//! it group by group, rebuilding only the groups whose inputs changed since
+//! the last document ([`StatusBuilder`]); `nodes.rs` the node list, shared
+//! group by group between documents ([`NodeList`]).
+
+mod nodes;
+mod parts;
+#[cfg(test)]
+mod tests;
+
+pub use self::nodes::NodeList;
+pub use self::parts::StatusBuilder;
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -120,8 +133,8 @@ pub struct Status {
     pub profiles: Vec<ProfileStatus>,
     /// Per group.
     pub groups: Vec<GroupStatus>,
-    /// Per node.
-    pub nodes: Vec<NodeStatus>,
+    /// Per node, group by group (in the order of `groups`), by name within a group.
+    pub nodes: NodeList,
     /// Operations in flight, then the most recent finished ones.
     pub ops: Vec<OpStatus>,
     /// Refused messages by reason.
@@ -150,40 +163,15 @@ pub struct ReloadStatus {
 }
 
 impl Status {
-    /// A snapshot of `core` at `now`.
+    /// A snapshot of `core` at `now`, every group built afresh (an agent
+    /// keeps a [`StatusBuilder`] instead, which rebuilds only what changed).
     pub fn of(
         core: &Core,
         agent: &str,
         now: DateTime<Utc>,
         refused: &BTreeMap<String, u64>,
     ) -> Status {
-        let profiles = core
-            .fleet()
-            .profiles()
-            .into_iter()
-            .map(|p| ProfileStatus {
-                stats: core.profile_stats(&p, now),
-                profile: p,
-            })
-            .collect();
-        Status {
-            agent: agent.to_string(),
-            at: Some(now),
-            breaker_open: core.meta().breaker_open,
-            paused: core
-                .meta()
-                .fleet_pause
-                .as_ref()
-                .filter(|p| p.holds(now))
-                .map(|p| format!("fleet {}", p.describe())),
-            profiles,
-            groups: groups_of(core, now),
-            nodes: nodes_of(core, now),
-            ops: ops_of(core),
-            refused: refused.clone(),
-            reload: None,
-            ha: None,
-        }
+        StatusBuilder::default().build(core, agent, now, refused)
     }
 
     /// Operations not finished.
@@ -347,67 +335,8 @@ impl Status {
     }
 }
 
-/// Every group known from the fleet or the configuration, sorted.
-fn groups_of(core: &Core, now: DateTime<Utc>) -> Vec<GroupStatus> {
-    let cfg = core.config();
-    let mut groups: Vec<_> = core.fleet().groups();
-    for g in cfg.configured_groups() {
-        if !groups.contains(&g) {
-            groups.push(g);
-        }
-    }
-    groups.sort();
-    groups
-        .into_iter()
-        .map(|g| {
-            let s = cfg.group(&g);
-            let st = core.group_state(&g);
-            GroupStatus {
-                district: g.district.clone(),
-                profile: g.profile.clone(),
-                handler: s.handler,
-                min_nodes: s.min_nodes,
-                max_nodes: s.max_nodes,
-                stats: core.group_stats(&g, now),
-                exhausted: st.supply.exhausted.map(|e| {
-                    format!(
-                        "since {}: {}",
-                        e.since.format("%Y-%m-%d %H:%M:%S"),
-                        e.reason
-                    )
-                }),
-                backoff_until: st.supply.backoff_until.filter(|t| *t > now),
-                paused: core.pause_of(&g, now).map(|p| p.describe()),
-            }
-        })
-        .collect()
-}
-
-fn nodes_of(core: &Core, now: DateTime<Utc>) -> Vec<NodeStatus> {
-    let intervals = core.config().policy.stale_after_intervals;
-    core.fleet()
-        .nodes()
-        .map(|e| {
-            let g = e.group();
-            NodeStatus {
-                node: e.report.node.clone(),
-                district: g.district,
-                profile: g.profile,
-                active: e.report.active,
-                fresh: e.is_fresh(now, intervals),
-                gears_active: e.active_gears(),
-                gears_total: e.total_gears(),
-                max_active_gears: e.report.max_active_gears,
-                do_not_disrupt: e.report.do_not_disrupt || core.marks().contains(&e.report.node),
-                cordoned: core.cordons().get(&e.report.node).map(|c| c.describe()),
-                last_report: e.received,
-            }
-        })
-        .collect()
-}
-
 /// Operations in flight, then the most recently finished, 50 at most.
-fn ops_of(core: &Core) -> Vec<OpStatus> {
+pub(crate) fn ops_of(core: &Core) -> Vec<OpStatus> {
     let mut ops: Vec<OpStatus> = core
         .ops()
         .map(|o| OpStatus {
