@@ -220,11 +220,24 @@ impl Agent {
                 vec![routing::lead_token(cluster)],
             )
             .with_single_active_consumer();
-            match self
-                .bus
-                .consume(&spec, ConsumeOptions { prefetch: 16 })
-                .await
-            {
+            let opts = ConsumeOptions { prefetch: 16 };
+            let r = match self.bus.consume(&spec, opts).await {
+                // A bus that cannot give a queue one active consumer
+                // (RabbitMQ's STOMP plugin): every agent on it receives
+                // every token and leads, so only one may run there.
+                Err(BusError::Invalid(why)) => {
+                    tracing::warn!(
+                        reason = %why,
+                        "this bus cannot elect one leader: run a single broker agent on it \
+                         (docs/ha.md), or connect the agents over AMQP or ActiveMQ"
+                    );
+                    let mut plain = spec.clone();
+                    plain.single_active_consumer = false;
+                    self.bus.consume(&plain, opts).await
+                }
+                other => other,
+            };
+            match r {
                 Ok(s) => subs.tokens = Some(s),
                 Err(e) => {
                     tracing::warn!(error = %e, "cannot consume the leader queue yet; retrying")

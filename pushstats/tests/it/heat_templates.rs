@@ -285,6 +285,7 @@ fn hot_user_data_loads(types: &Resources) {
         ("__APP_CRED_SECRET__", "secret"),
         ("__ARCHIVE_POLICY__", "low"),
         ("__PUSH_NODES__", "true"),
+        ("__ENROLL_TOKEN__", ""),
     ];
     let declared = keys(server["params"].as_mapping().expect("params"));
     for (k, v) in sample_values {
@@ -296,7 +297,9 @@ fn hot_user_data_loads(types: &Resources) {
     }
     assert_eq!(declared.len(), sample_values.len());
     let toml = heredoc(&script, "EOF_NODE", "EOF_NODE")
-        .replace("${server_id}", "7b1c3c2e-5d2a-4a38-9d55-0c3f0b6f2a11");
+        .replace("${server_id}", "7b1c3c2e-5d2a-4a38-9d55-0c3f0b6f2a11")
+        // An empty enroll_token: the script leaves the [enroll] section out.
+        .replace("${enroll}", "");
     let cfg = PushStatsConfig::from_agent_toml(&toml).expect("the user data's [push_stats] loads");
     assert!(cfg.enabled);
     let g = cfg.gnocchi.expect("gnocchi target");

@@ -56,6 +56,7 @@ async fn disruptive_ha_chaos() {
     let kills = r.faults.get("KillLeader").copied().unwrap_or(0);
     assert!(kills >= 20, "{:?}", r.faults);
     assert_eq!(r.faults.get("PartitionLeader"), Some(&4), "{:?}", r.faults);
+    // Failover times are figures (printed by the report, recorded in
+    // docs/benchmarks.md), not timed assertions.
     assert_eq!(r.failover_ms.len(), 24);
-    assert!(r.failover_ms.iter().all(|&ms| ms <= 10_000));
 }

@@ -347,6 +347,13 @@ pub fn queue_subscribes(
         check_name("binding", b)?;
     }
     match flavor {
+        // RabbitMQ's STOMP plugin ignores `x-single-active-consumer` (every
+        // consumer would get deliveries): refused rather than pretended.
+        StompFlavor::RabbitMq if spec.single_active_consumer => Err(BusError::Invalid(format!(
+            "RabbitMQ's STOMP plugin cannot declare queue {:?} with a single active \
+             consumer (it ignores x-single-active-consumer); elect over AMQP or ActiveMQ",
+            spec.name
+        ))),
         StompFlavor::RabbitMq => Ok(rabbitmq_subscribes(spec)),
         StompFlavor::ActiveMq => activemq_subscribes(spec),
     }
@@ -368,9 +375,6 @@ fn rabbitmq_subscribes(spec: &QueueSpec) -> Vec<QueueSubscribe> {
         if let Some(max) = spec.max_length {
             h.push(("x-max-length".to_string(), max.to_string()));
             h.push(("x-overflow".to_string(), "drop-head".to_string()));
-        }
-        if spec.single_active_consumer {
-            h.push(("x-single-active-consumer".to_string(), "true".to_string()));
         }
         h
     };

@@ -14,12 +14,16 @@ pub struct Quirks {
     /// settled, not only the nacked one (ActiveMQ: its NACK never requeues,
     /// the transport subscribes again); their old handles cannot settle.
     pub requeue_returns_every_unsettled: bool,
+    /// A queue can have a single active consumer (RabbitMQ's STOMP plugin
+    /// ignores `x-single-active-consumer`: the transport refuses the spec).
+    pub single_active_consumer: bool,
 }
 
 impl Default for Quirks {
     fn default() -> Self {
         Quirks {
             requeue_returns_every_unsettled: false,
+            single_active_consumer: true,
         }
     }
 }
@@ -106,6 +110,12 @@ impl Harness for Real {
     async fn drop_all_connections(&self) {
         crate::rabbit::rabbitmqctl(&["close_all_connections", "gearshift conformance test"]).await;
     }
+    fn quirks(&self) -> Quirks {
+        Quirks {
+            single_active_consumer: !self.url.starts_with("stomp"),
+            ..Quirks::default()
+        }
+    }
 }
 
 /// The private ActiveMQ of `scripts/setup-activemq`, through an in-process
@@ -145,6 +155,7 @@ impl Harness for ActiveMq {
     fn quirks(&self) -> Quirks {
         Quirks {
             requeue_returns_every_unsettled: true,
+            ..Quirks::default()
         }
     }
 }
