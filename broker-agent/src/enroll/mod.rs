@@ -71,7 +71,7 @@ impl Verdict {
         match self {
             Verdict::Enroll => "enrolled",
             Verdict::Already => "already_enrolled",
-            Verdict::Refuse(r, _) => *r,
+            Verdict::Refuse(r, _) => r,
         }
     }
 }

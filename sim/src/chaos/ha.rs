@@ -6,7 +6,8 @@
 //! a partition). After each fault: a new leader within 10 s (the failover
 //! time is recorded) and, after a partition, the cut-off leader stood down.
 //! After each round: exactly one leader, the saga ended before its
-//! deadline, no gear lost or duplicated, no node requested twice.
+//! deadline, no gear lost or duplicated, no node requested twice, no
+//! command of a deposed leader accepted by a node (`fencing`).
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
@@ -16,6 +17,7 @@ use gearshift_broker::status::Status;
 use rand::Rng;
 use rand::rngs::StdRng;
 
+use super::fencing::FenceWatch;
 use super::outage::rabbitmqctl;
 use super::rounds::{inventory_checks, saga_ended_check, start_saga};
 use super::world::World;
@@ -109,6 +111,7 @@ pub(super) async fn campaign(
     if one_leader(w, Duration::from_secs(30)).await?.is_none() {
         bail!("no single leader among the broker agents within 30 s");
     }
+    let mut fence = FenceWatch::start(&args.bus).await?;
     for round in 1..=args.rounds {
         report.rounds = round;
         let saga = if round % 2 == 0 {
@@ -140,6 +143,7 @@ pub(super) async fn campaign(
         let _ = w.until(Duration::from_secs(30), quiet).await?;
         w.poll_cloud()?;
         inventory_checks(w, round, report);
+        fence.check(round, report).await;
         let l = leading(w).await;
         let n = l.iter().filter(|x| **x).count();
         report.check(

@@ -34,6 +34,7 @@
 //!   agents, the leader killed or cut off at random points of drains and
 //!   scale-ups, failover times measured.
 
+mod fencing;
 mod ha;
 mod outage;
 mod rounds;
