@@ -157,7 +157,17 @@ impl HaSubs {
                 None => std::future::pending::<()>().await,
             }
         };
+        // Biased: a replicated journal already received is taken before a
+        // token that could make this agent take over with an older one.
         tokio::select! {
+            biased;
+            d = next(journal) => match d {
+                Some(d) => HaIn::Journal(d),
+                None => {
+                    *journal = None;
+                    HaIn::Tick
+                }
+            },
             e = bus_event(events) => HaIn::Bus(e),
             d = next(tokens) => match d {
                 Some(d) => HaIn::Token(d),
@@ -170,13 +180,6 @@ impl HaSubs {
                 Some(d) => HaIn::Leader(d),
                 None => {
                     *leaders = None;
-                    HaIn::Tick
-                }
-            },
-            d = next(journal) => match d {
-                Some(d) => HaIn::Journal(d),
-                None => {
-                    *journal = None;
                     HaIn::Tick
                 }
             },
