@@ -260,14 +260,7 @@ mod tests {
 
     use super::*;
     use crate::config::BrokerConfig;
-    use crate::planner::{EvacuationPlanner, PlanInput};
-
-    struct NoPlan;
-    impl EvacuationPlanner for NoPlan {
-        fn plan(&self, _: &PlanInput<'_>) -> Result<Vec<gearshift_proto::msg::Move>, String> {
-            Err("none".into())
-        }
-    }
+    use crate::core::testkit::NoPlan;
 
     #[test]
     fn commit_then_load_round_trips_and_deletes() {

@@ -23,6 +23,15 @@ pub(crate) use crate::ops::{DownEnd, DownStep, OpBody, OpId, ScaleDown, UpStep};
 pub(crate) use crate::perkey::PerKey;
 use crate::planner::{EvacuationPlanner, PlanInput};
 
+/// Test double: a planner that never plans (for tests that need no moves).
+pub(crate) struct NoPlan;
+
+impl EvacuationPlanner for NoPlan {
+    fn plan(&self, _: &PlanInput<'_>) -> Result<Vec<Move>, String> {
+        Err("none".into())
+    }
+}
+
 /// Test double: gears go to the candidate with the most free active slots.
 pub(crate) struct RoomPlanner;
 

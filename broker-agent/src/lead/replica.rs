@@ -75,14 +75,7 @@ mod tests {
 
     use super::*;
     use crate::config::BrokerConfig;
-    use crate::planner::{EvacuationPlanner, PlanInput};
-
-    struct NoPlan;
-    impl EvacuationPlanner for NoPlan {
-        fn plan(&self, _: &PlanInput<'_>) -> Result<Vec<gearshift_proto::msg::Move>, String> {
-            Err("none".into())
-        }
-    }
+    use crate::core::testkit::NoPlan;
 
     fn leader(epoch: u64) -> Core {
         let now = DateTime::<Utc>::from_timestamp(1_800_000_000, 0).unwrap();
