@@ -39,10 +39,10 @@ impl Agent {
                 .gate()
                 .admit_once(&d.payload, REQUESTS, now, &mut st.replay),
         };
-        let (reply, corr, acts) = match admitted {
+        let (reply, corr, acts, asker) = match admitted {
             Ok(a) => {
                 let Envelope {
-                    from, corr, msg, ..
+                    id, from, corr, msg, ..
                 } = a.envelope;
                 let Message::AdminRequest(req) = msg else {
                     let reply = operator::refused("not an admin.request".into());
@@ -50,19 +50,45 @@ impl Agent {
                 };
                 let agent = &self.cfg.agent.name;
                 let (reply, acts) = core.on_operator(&from, req, agent, &st.refused, now);
-                (reply, corr, acts)
+                (reply, corr, acts, Some((id, from)))
             }
             Err(r) => {
+                if self.answer_again(st, &d, &r).await {
+                    ack(d).await;
+                    return Ok(());
+                }
                 self.refuse(st, Log::Admin, &r);
                 if r.step == Step::Decode {
                     ack(d).await;
                     return Ok(());
                 }
                 let reply = operator::refused(format!("refused: {}", r.detail));
-                (reply, r.corr, vec![])
+                (reply, r.corr, vec![], None)
             }
         };
+        if let (Some((id, from)), Some(q)) = (asker, d.reply_to.as_deref()) {
+            st.answers.remember((id, &from), q, corr.clone(), &reply);
+        }
         self.answer(core, st, d, (reply, corr), acts, now).await
+    }
+
+    /// A request refused as replayed that this agent already answered (the
+    /// bus delivered it twice) is answered again alike, on the same reply
+    /// queue; returns whether it was.
+    async fn answer_again(&self, st: &RunState, d: &Delivery, r: &Refusal) -> bool {
+        let (Some(id), Some(from), Some(q)) = (r.id, r.from.as_deref(), d.reply_to.as_deref())
+        else {
+            return false;
+        };
+        if r.reason != "replayed" {
+            return false;
+        }
+        let Some((reply, corr)) = st.answers.again((id, from), q) else {
+            return false;
+        };
+        tracing::info!(%id, "an operator request delivered again: answered again alike");
+        self.reply(d, reply, corr).await;
+        true
     }
 
     /// Journals and carries out `acts`, answers, then acknowledges.

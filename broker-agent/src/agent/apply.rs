@@ -35,9 +35,21 @@ impl Agent {
         if !ch.is_empty() {
             self.journal.commit(core, &ch)?;
             // Replicated before the effects, as journaled before them.
-            self.replicate(core, st).await;
+            if !self.replicate(core, st).await {
+                st.ha.proof.replication_failed();
+            }
         }
         st.record(core.take_history());
+        if !st.ha.still_proven(self.bus.health().connected) {
+            // Journaled, not carried out: whoever leads next (maybe this
+            // agent again, once the election proved it) resumes them.
+            tracing::warn!(
+                effects = acts.len(),
+                "leadership in doubt (the bus connection changed or the journal did not replicate): \
+                 effects left to the next leader's resume"
+            );
+            return Ok(());
+        }
         let changed = !acts.is_empty() || !ch.is_empty();
         let mut explanations = vec![];
         for a in acts {

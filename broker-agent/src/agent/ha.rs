@@ -20,6 +20,7 @@ use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
 use super::deliveries::{Log, ack};
+use super::proof::Proof;
 use super::subs::{Subs, next};
 use super::{Agent, Result2, RunState};
 use crate::core::Core;
@@ -49,6 +50,8 @@ pub(super) struct Ha {
     /// The newest epoch a node named when it refused our command as stale,
     /// fed to the election at its next input (see [`Ha::stale_epoch_seen`]).
     stale: Option<u64>,
+    /// Whether it may still carry out effects while leading.
+    pub proof: Proof,
 }
 
 impl Ha {
@@ -62,7 +65,13 @@ impl Ha {
             last_snapshot: None,
             seen: None,
             stale: None,
+            proof: Proof::default(),
         }
+    }
+
+    /// Whether this leader may still carry out effects (see [`Proof`]).
+    pub fn still_proven(&mut self, connected: bool) -> bool {
+        self.leading() && self.proof.doubt(connected).is_none()
     }
 
     /// A node refused our command because it has seen `theirs`, a newer
@@ -310,6 +319,14 @@ impl Agent {
             }
             HaIn::Lost => Some(Input::BusReset),
         };
+        // In doubt (see `Ha::still_proven`): step down, then prove it again.
+        let doubt = st.ha.proof.doubt(self.bus.health().connected);
+        if let (true, Some(why)) = (st.ha.leading(), doubt) {
+            tracing::warn!(reason = why, "leadership in doubt: stepping down to prove it again");
+            for a in st.ha.lead.step(Input::BusReset, now) {
+                self.on_lead_action(core, st, subs, a, token).await?;
+            }
+        }
         if let Some(epoch) = st.ha.stale.take() {
             let i = Input::EpochSeen {
                 epoch,
@@ -329,8 +346,8 @@ impl Agent {
             .ha
             .last_snapshot
             .is_none_or(|t| t.elapsed() >= SNAPSHOT_EVERY);
-        if st.ha.leading() && due {
-            self.replicate(core, st).await;
+        if st.ha.leading() && due && !self.replicate(core, st).await {
+            st.ha.proof.replication_failed();
         }
         Ok(())
     }
@@ -467,11 +484,16 @@ impl Agent {
 
     /// Publishes the journal to the standbys: after each commit, before the
     /// commit's effects, and every few seconds.
-    pub(super) async fn replicate(&self, core: &mut Core, st: &mut RunState) {
+    /// Returns whether the bus took it.
+    pub(super) async fn replicate(&self, core: &mut Core, st: &mut RunState) -> bool {
         // Built before the await: the core is not shared across threads.
         let m = self.snapshot_message(core, st);
-        if let Err(e) = self.bus.publish(m).await {
-            tracing::warn!(error = %e, "journal not replicated: a standby taking over now would resume from an older one");
+        match self.bus.publish(m).await {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::warn!(error = %e, "journal not replicated: a standby taking over now would resume from an older one");
+                false
+            }
         }
     }
 
@@ -498,6 +520,7 @@ impl Agent {
         token: &CancellationToken,
     ) -> Result2<()> {
         let now = Utc::now();
+        st.ha.proof.arm(self.bus.events());
         core.forget_journaled();
         let own = self.journal.load()?;
         let restored = match st.ha.replica.newer_than(own.meta.epoch) {
@@ -540,6 +563,7 @@ impl Agent {
     /// records forgotten (handler calls in flight finish unheard).
     fn step_down(&mut self, core: &mut Core, st: &mut RunState, subs: &mut Subs, why: StepDown) {
         tracing::warn!(reason = why.as_str(), "no longer leading: standing by");
+        st.ha.proof.disarm();
         subs.leading = false;
         subs.events = None;
         subs.admin = None;

@@ -27,6 +27,7 @@
 //! status, `fence.rs` a node's `stale_epoch` refusal (this agent deposed).
 
 mod admin;
+mod answers;
 mod apply;
 mod build;
 mod deliveries;
@@ -34,6 +35,7 @@ mod enroll;
 mod fence;
 mod ha;
 mod intake;
+mod proof;
 mod reload;
 pub mod replay;
 mod reports;
@@ -162,6 +164,8 @@ struct RunState {
     in_flight_calls: usize,
     /// Operator requests already acted upon (persisted in the state dir).
     replay: replay::PersistedReplay,
+    /// The answers to recent operator requests, given again to a redelivery.
+    answers: answers::Answers,
     results_tx: mpsc::UnboundedSender<CallDone>,
     last_status: Option<DateTime<Utc>>,
     /// A change not yet in the published status (it was published recently).
@@ -232,6 +236,7 @@ impl RunState {
             },
             in_flight_calls: 0,
             replay,
+            answers: answers::Answers::default(),
             results_tx,
             last_status: None,
             status_dirty: false,
