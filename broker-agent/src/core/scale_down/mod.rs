@@ -119,6 +119,12 @@ pub struct ScaleDown {
     pub remove_attempt: u32,
     /// When the remove request was accepted.
     pub removed_at: Option<DateTime<Utc>>,
+    /// A remove request may have reached the cloud without its answer being
+    /// journaled (the process that made it stopped): the removal is
+    /// confirmed rather than asked again, unless the node still reports
+    /// long after (see `remove.rs`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub remove_uncertain: bool,
     /// Next handler call (remove retry or presence poll).
     pub next_call: Option<DateTime<Utc>>,
     /// The handler's last presence answer after the removal.
@@ -248,6 +254,7 @@ impl ScaleDown {
             progress: DrainProgress::default(),
             remove_attempt: 0,
             removed_at: None,
+            remove_uncertain: false,
             next_call: None,
             presence: None,
             abort_reason: None,
@@ -293,7 +300,7 @@ impl ScaleDown {
             DownInput::Report(r) => self.on_report(cx, r, now),
             DownInput::Result(r) => self.on_answer(cx, r, now),
             DownInput::Tick => self.on_tick(cx, now),
-            DownInput::Resume => self.resume(cx),
+            DownInput::Resume => self.resume(cx, now),
             DownInput::Abort { why, cancel } => self.abort(cx, why, cancel, now),
         }
     }
@@ -497,7 +504,7 @@ impl ScaleDown {
 
     /// Re-issues the current step's effect after a restart. Commands keep
     /// their ids: a node that has one already refuses the copy as a replay.
-    fn resume(&mut self, cx: &mut DownCtx<'_>) -> DownOut {
+    fn resume(&mut self, cx: &mut DownCtx<'_>, now: DateTime<Utc>) -> DownOut {
         match &self.step {
             DownStep::Deactivating
             | DownStep::Inventorying
@@ -516,7 +523,7 @@ impl ScaleDown {
                 };
                 sent.then(self.resume_moves())
             }
-            DownStep::Removing => self.call_remove(cx),
+            DownStep::Removing => self.resume_removing(cx, now),
             DownStep::ConfirmingGone => self.call_presence(cx),
             DownStep::DistrictDeactivating
             | DownStep::DistrictActivating { .. }

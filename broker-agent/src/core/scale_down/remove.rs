@@ -31,6 +31,37 @@ impl ScaleDown {
         })))
     }
 
+    /// `Removing` after a restart or a takeover: a request whose answer
+    /// was journaled as a retryable failure is retried; otherwise the last
+    /// one may have reached the cloud, so it is not sent again (a second
+    /// remove-node for one operation): the removal is confirmed instead,
+    /// and asked again only if the node goes on reporting (see
+    /// [`ScaleDown::removal_tick`]).
+    pub(super) fn resume_removing(&mut self, cx: &DownCtx<'_>, now: DateTime<Utc>) -> DownOut {
+        if self.next_call.is_some() {
+            return self.call_remove(cx);
+        }
+        tracing::info!(op = %cx.op, node = %self.node,
+            "resumed while a remove request was in flight: confirming the removal before asking again");
+        self.step = DownStep::ConfirmingGone;
+        self.removed_at = Some(now);
+        self.remove_uncertain = true;
+        self.call_presence(cx)
+    }
+
+    /// Whether a removal confirmed after a resume shows the request never
+    /// reached the cloud: the node still reports twice its stale window
+    /// after the resume, and the handler does not say it is gone.
+    fn remove_never_arrived(&self, cx: &DownCtx<'_>, now: DateTime<Utc>) -> bool {
+        let (true, Some(at)) = (self.remove_uncertain, self.removed_at) else {
+            return false;
+        };
+        let intervals = cx.facts.stale_intervals;
+        cx.facts.fleet.get(&self.node).is_some_and(|e| {
+            e.is_fresh(now, intervals) && now - at > e.stale_after(intervals) * 2
+        }) && self.presence != Some(Presence::Gone)
+    }
+
     pub(super) fn call_presence(&mut self, cx: &DownCtx<'_>) -> DownOut {
         self.next_call = None;
         Out::effect(Effect::Call(HandlerCall::Presence {
@@ -150,6 +181,14 @@ impl ScaleDown {
         let due = self.next_call.is_some_and(|t| now >= t);
         match self.step {
             DownStep::Removing if due => self.call_remove(cx),
+            DownStep::ConfirmingGone if self.remove_never_arrived(cx, now) => {
+                tracing::warn!(op = %cx.op, node = %self.node,
+                    "the node still reports long after the resumed removal: asking the handler again");
+                self.step = DownStep::Removing;
+                self.remove_uncertain = false;
+                self.removed_at = None;
+                self.call_remove(cx)
+            }
             DownStep::ConfirmingGone
                 if self.reports_stopped(cx, now) && self.presence != Some(Presence::Present) =>
             {

@@ -163,6 +163,60 @@ fn a_node_that_reports_after_the_removal_request_is_gone_once_silent() {
     assert_eq!(kinds(&a), vec![DecisionKind::Removed]);
 }
 
+/// A process that stopped while its remove request was in flight: the
+/// next one (a restart, or a standby taking over) does not send a second
+/// remove-node for the operation but confirms the removal; it asks again
+/// only when the node goes on reporting twice its stale window later.
+#[test]
+fn a_resumed_removal_is_confirmed_not_requested_twice() {
+    let removing = |h: &mut H| {
+        let op = drain_to_removal(h, 3);
+        assert_eq!(down(h, &op).step, DownStep::Removing);
+        let restored = journaled(h);
+        let mut h2 = H::new(cfg_with(short_windows));
+        h2.now = h.now;
+        h2.core.restore(restored);
+        let a = h2.core.resume(h2.now);
+        h2.out.extend(a.clone());
+        let c = calls(&a);
+        assert!(
+            c.iter().all(|c| !matches!(c.1, HandlerCall::Remove(_))),
+            "no second remove-node: {c:?}"
+        );
+        assert!(matches!(c.as_slice(), [(_, HandlerCall::Presence { .. })]), "{c:?}");
+        assert_eq!(down(&h2, &op).step, DownStep::ConfirmingGone);
+        (h2, op)
+    };
+    // The first request did reach the cloud: the node goes silent.
+    let mut h = H::new(cfg_with(short_windows));
+    let (mut h2, op) = removing(&mut h);
+    answer(&mut h2, CallResult::Presence(Ok(Presence::Unknown)));
+    h2.advance(40);
+    h2.tick();
+    assert_eq!(kinds(&h2.out), vec![DecisionKind::Removed]);
+    assert!(calls(&h2.out).iter().all(|c| !matches!(c.1, HandlerCall::Remove(_))));
+    assert_eq!(down(&h2, &op).end, Some(DownEnd::Removed));
+    // It did not: the node reports on, and after twice its stale window
+    // (3 intervals of 10 s) the removal is asked again, once.
+    let mut h = H::new(cfg_with(short_windows));
+    let (mut h2, op2) = removing(&mut h);
+    answer(&mut h2, CallResult::Presence(Ok(Presence::Present)));
+    let mut r = rep("c", "d1", "small", 100, 0, 0);
+    r.active = false;
+    let mut asked = 0;
+    for _ in 0..8 {
+        h2.advance(10);
+        h2.report(r.clone());
+        let a = h2.tick();
+        asked += calls(&a)
+            .iter()
+            .filter(|c| matches!(c.1, HandlerCall::Remove(_)))
+            .count();
+    }
+    assert_eq!(asked, 1, "asked again once the node was seen alive long after");
+    assert_eq!(down(&h2, &op2).step, DownStep::Removing);
+}
+
 #[test]
 fn abort_reactivates_the_node_after_failed_evacuation_rounds() {
     let mut h = H::new(cfg_with(|c| {
