@@ -35,7 +35,6 @@ async fn campaign(rounds: usize) -> ChaosReport {
 /// Three rounds: a drain and a scale-up with the leader killed twice each,
 /// then a drain with a kill and a partition.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "known bug (issue 17 open): a takeover can re-issue a create/remove request of an operation in flight (seen in CI: op x2 in rounds 9 and 11 of 12); run with --ignored"]
 async fn disruptive_ha_failover_continues_the_sagas_and_a_cut_off_leader_stands_down() {
     let r = campaign(3).await;
     assert_eq!(r.faults.get("KillLeader"), Some(&5), "{:?}", r.faults);
@@ -52,7 +51,6 @@ async fn disruptive_ha_failover_continues_the_sagas_and_a_cut_off_leader_stands_
 /// The bounded chaos scenario of issue 17: twelve rounds, 20 SIGKILLs of
 /// the leader and 4 partitions, every invariant after each round.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "known bug (issue 17 open): a takeover can re-issue a create/remove request of an operation in flight (seen in CI: op x2 in rounds 9 and 11 of 12); run with --ignored"]
 async fn disruptive_ha_chaos() {
     let r = campaign(12).await;
     let kills = r.faults.get("KillLeader").copied().unwrap_or(0);
