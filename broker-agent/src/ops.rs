@@ -192,6 +192,10 @@ pub struct Ops {
     /// [`Ops::removing_known`], remembered with the fleet membership it was
     /// computed for; every change to an operation forgets it.
     removing: Mutex<Option<(u64, Arc<BTreeSet<String>>)>>,
+    /// The ids of the operations in flight, remembered until an operation
+    /// changes: finished operations stay (up to `saga.history`), and the
+    /// ones in flight are looked for on every report.
+    open: Mutex<Option<Arc<Vec<OpId>>>>,
 }
 
 impl Clone for Ops {
@@ -199,6 +203,7 @@ impl Clone for Ops {
         Ops {
             by_id: self.by_id.clone(),
             removing: Mutex::default(),
+            open: Mutex::default(),
         }
     }
 }
@@ -235,6 +240,7 @@ impl Ops {
 
     fn changed(&mut self) {
         *self.removing.get_mut().unwrap_or_else(|p| p.into_inner()) = None;
+        *self.open.get_mut().unwrap_or_else(|p| p.into_inner()) = None;
     }
 
     /// Every operation, by id.
@@ -244,7 +250,19 @@ impl Ops {
 
     /// Operations not finished, by id.
     pub fn in_flight(&self) -> impl Iterator<Item = &Op> {
-        self.iter().filter(|o| !o.is_done())
+        let ids = {
+            let mut memo = self.open.lock().unwrap_or_else(|p| p.into_inner());
+            memo.get_or_insert_with(|| {
+                Arc::new(
+                    self.iter()
+                        .filter(|o| !o.is_done())
+                        .map(|o| o.id.clone())
+                        .collect(),
+                )
+            })
+            .clone()
+        };
+        (0..ids.len()).filter_map(move |i| self.by_id.get(&ids[i]))
     }
 
     /// Ids of the operations not finished.

@@ -20,6 +20,16 @@ impl Core {
         self.eval_due = None;
         self.forget_long_missing(now);
         self.lift_expired_pauses(now);
+        let pressured = {
+            let facts = self.facts();
+            facts
+                .fleet
+                .groups()
+                .into_iter()
+                .filter(|g| policy::group_pressure(&facts, &self.cfg, g, now))
+                .collect()
+        };
+        self.pressured = (pressured, Some(now));
         let memory = Memory {
             groups: &self.groups,
             breaker_open: self.meta.breaker_open,

@@ -76,6 +76,10 @@ use crate::history::{Event, Record, SagaStep};
 use crate::ops::{GroupState, Op, OpId, Ops};
 use crate::planner::EvacuationPlanner;
 
+/// How often reports of a group already over a threshold at the last
+/// evaluation ask for another early one (see `route.rs`).
+pub const REPEAT_PRESSURE: chrono::Duration = chrono::Duration::seconds(10);
+
 /// The coordinator: the state, and the routing of inputs to the machines.
 pub struct Core {
     pub(crate) cfg: Arc<BrokerConfig>,
@@ -93,6 +97,10 @@ pub struct Core {
     pub(crate) eval_due: Option<DateTime<Utc>>,
     /// When the first report since the last evaluation was consumed (decision latency).
     pub(crate) pressure_seen: Option<DateTime<Utc>>,
+    /// The groups the last evaluation found over a threshold, and when it
+    /// ran: their reports ask for an early evaluation at most every
+    /// [`REPEAT_PRESSURE`] (see `route.rs`).
+    pub(crate) pressured: (BTreeSet<GroupKey>, Option<DateTime<Utc>>),
     /// History records not yet taken by the driver.
     pub(crate) history: Vec<Record>,
     /// The kind of each handler the driver runs, by name (`log`: a dry run).
@@ -128,6 +136,7 @@ impl Core {
             changes: Changes::default(),
             idgen: Box::new(Uuid::new_v4),
             eval_due: None,
+            pressured: Default::default(),
             pressure_seen: None,
             history: vec![],
             handler_kinds: BTreeMap::new(),
@@ -170,6 +179,7 @@ impl Core {
         self.history.clear();
         self.eval_due = None;
         self.pressure_seen = None;
+        self.pressured = Default::default();
     }
 
     /// What the journal holds, as [`Core::restore`] takes it back.

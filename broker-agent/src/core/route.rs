@@ -3,7 +3,7 @@
 use chrono::{DateTime, Utc};
 use gearshift_proto::msg::{Message, NodeReport};
 
-use super::Core;
+use super::{Core, REPEAT_PRESSURE};
 use super::actions::{Action, CallResult, CallTag};
 use super::exhaustion::SupplyInput;
 use super::scale_down::{DownEnd, DownInput, Seen};
@@ -60,14 +60,36 @@ impl Core {
             });
             out.extend(self.drive_down(&id, report, now));
         }
-        // React quickly when a group goes over a scale-up threshold.
-        if self.eval_due.is_none()
-            && crate::policy::pressure_on(&self.facts(), &self.cfg, &node, now)
-        {
-            self.eval_due = Some(now + super::dur(self.cfg.policy.react_delay));
-            self.pressure_seen.get_or_insert(now);
+        if self.eval_due.is_none() {
+            self.react_to_pressure(&node, now);
         }
         Ok(out)
+    }
+
+    /// React quickly when a group goes over a scale-up threshold: an
+    /// evaluation `react_delay` later. A group the last evaluation already
+    /// found over one (its scale-up under way, or held by a guard) asks
+    /// again at most every [`REPEAT_PRESSURE`]: it was answered, and what
+    /// changes the answer (an operation ending, a cooldown running out)
+    /// does not come with its reports. Only a new crossing starts the
+    /// decision latency clock.
+    fn react_to_pressure(&mut self, node: &str, now: DateTime<Utc>) {
+        let Some(g) = self.fleet.get(node).map(|e| e.group()) else {
+            return;
+        };
+        if !crate::policy::group_pressure(&self.facts(), &self.cfg, &g, now) {
+            return;
+        }
+        let react = now + super::dur(self.cfg.policy.react_delay);
+        match &self.pressured {
+            (seen, Some(last)) if seen.contains(&g) => {
+                self.eval_due = Some(react.max(*last + REPEAT_PRESSURE));
+            }
+            _ => {
+                self.eval_due = Some(react);
+                self.pressure_seen.get_or_insert(now);
+            }
+        }
     }
 
     /// A node's event about one of our commands (already authenticated),

@@ -210,12 +210,16 @@ pub fn evaluate(
 /// Whether `node`'s group (or profile) is over a scale-up threshold: a report
 /// that shows it asks for an early evaluation.
 pub fn pressure_on(facts: &Facts<'_>, cfg: &BrokerConfig, node: &str, now: DateTime<Utc>) -> bool {
-    let Some(e) = facts.fleet.get(node) else {
-        return false;
-    };
-    let g = e.group();
+    facts
+        .fleet
+        .get(node)
+        .is_some_and(|e| group_pressure(facts, cfg, &e.group(), now))
+}
+
+/// Whether group `g` (or its profile) is over a scale-up threshold.
+pub fn group_pressure(facts: &Facts<'_>, cfg: &BrokerConfig, g: &GroupKey, now: DateTime<Utc>) -> bool {
     let p = &cfg.policy;
-    let gs = facts.group_stats(&g, now);
+    let gs = facts.group_stats(g, now);
     let ps = facts.profile_stats(&g.profile, now);
     let over = |th: Option<u32>, u: f64| th.is_some_and(|t| u >= f64::from(t));
     over(
