@@ -42,7 +42,11 @@ impl Agent {
         let (reply, corr, acts, asker) = match admitted {
             Ok(a) => {
                 let Envelope {
-                    id, from, corr, msg, ..
+                    id,
+                    from,
+                    corr,
+                    msg,
+                    ..
                 } = a.envelope;
                 let Message::AdminRequest(req) = msg else {
                     let reply = operator::refused("not an admin.request".into());

@@ -109,14 +109,25 @@ mod tests {
     fn a_request_seen_again_gets_the_same_answer_on_the_same_queue_only() {
         let mut a = Answers::default();
         let id = Uuid::new_v4();
-        a.remember((id, "alice"), "q1", Some("op-1".into()), &reply("done", serde_json::json!({"x": 1})));
+        a.remember(
+            (id, "alice"),
+            "q1",
+            Some("op-1".into()),
+            &reply("done", serde_json::json!({"x": 1})),
+        );
         let (r, corr) = a.again((id, "alice"), "q1").expect("remembered");
         assert_eq!(r.message, "done");
         assert_eq!(r.data["x"], 1);
         assert_eq!(corr.as_deref(), Some("op-1"));
-        assert!(a.again((id, "alice"), "elsewhere").is_none(), "a replay cannot redirect the answer");
+        assert!(
+            a.again((id, "alice"), "elsewhere").is_none(),
+            "a replay cannot redirect the answer"
+        );
         assert!(a.again((Uuid::new_v4(), "alice"), "q1").is_none());
-        assert!(a.again((id, "bob"), "q1").is_none(), "another signer's id is not this one");
+        assert!(
+            a.again((id, "bob"), "q1").is_none(),
+            "another signer's id is not this one"
+        );
     }
 
     #[test]
@@ -124,22 +135,45 @@ mod tests {
         let mut a = Answers::default();
         let ids: Vec<Uuid> = (0..CAPACITY + 5).map(|_| Uuid::new_v4()).collect();
         for id in &ids {
-            a.remember((*id, "alice"), "q", None, &reply("ok", serde_json::Value::Null));
+            a.remember(
+                (*id, "alice"),
+                "q",
+                None,
+                &reply("ok", serde_json::Value::Null),
+            );
         }
         assert_eq!(a.len(), CAPACITY);
-        assert!(a.again((ids[0], "alice"), "q").is_none(), "the oldest is forgotten");
+        assert!(
+            a.again((ids[0], "alice"), "q").is_none(),
+            "the oldest is forgotten"
+        );
         assert!(a.again((ids[CAPACITY + 4], "alice"), "q").is_some());
         // Two answers of 60 % of the budget cannot both stay.
         let big = "x".repeat(BUDGET * 6 / 10);
         let (b1, b2) = (Uuid::new_v4(), Uuid::new_v4());
-        a.remember((b1, "alice"), "q", None, &reply(&big, serde_json::Value::Null));
-        a.remember((b2, "alice"), "q", None, &reply(&big, serde_json::Value::Null));
+        a.remember(
+            (b1, "alice"),
+            "q",
+            None,
+            &reply(&big, serde_json::Value::Null),
+        );
+        a.remember(
+            (b2, "alice"),
+            "q",
+            None,
+            &reply(&big, serde_json::Value::Null),
+        );
         assert!(a.again((b1, "alice"), "q").is_none());
         assert!(a.again((b2, "alice"), "q").is_some());
         // One over the whole budget is not kept, and evicts nothing.
         let huge = "x".repeat(BUDGET + 1);
         let b3 = Uuid::new_v4();
-        a.remember((b3, "alice"), "q", None, &reply(&huge, serde_json::Value::Null));
+        a.remember(
+            (b3, "alice"),
+            "q",
+            None,
+            &reply(&huge, serde_json::Value::Null),
+        );
         assert!(a.again((b3, "alice"), "q").is_none());
         assert!(a.again((b2, "alice"), "q").is_some());
     }
@@ -148,8 +182,18 @@ mod tests {
     fn remembering_an_id_twice_keeps_one_answer() {
         let mut a = Answers::default();
         let id = Uuid::new_v4();
-        a.remember((id, "alice"), "q", None, &reply("first", serde_json::Value::Null));
-        a.remember((id, "alice"), "q", None, &reply("second", serde_json::Value::Null));
+        a.remember(
+            (id, "alice"),
+            "q",
+            None,
+            &reply("first", serde_json::Value::Null),
+        );
+        a.remember(
+            (id, "alice"),
+            "q",
+            None,
+            &reply("second", serde_json::Value::Null),
+        );
         assert_eq!(a.len(), 1);
         assert_eq!(a.again((id, "alice"), "q").unwrap().0.message, "second");
     }

@@ -322,7 +322,10 @@ impl Agent {
         // In doubt (see `Ha::still_proven`): step down, then prove it again.
         let doubt = st.ha.proof.doubt(self.bus.health().connected);
         if let (true, Some(why)) = (st.ha.leading(), doubt) {
-            tracing::warn!(reason = why, "leadership in doubt: stepping down to prove it again");
+            tracing::warn!(
+                reason = why,
+                "leadership in doubt: stepping down to prove it again"
+            );
             for a in st.ha.lead.step(Input::BusReset, now) {
                 self.on_lead_action(core, st, subs, a, token).await?;
             }

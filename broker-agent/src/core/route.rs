@@ -3,11 +3,11 @@
 use chrono::{DateTime, Utc};
 use gearshift_proto::msg::{Message, NodeReport};
 
-use super::{Core, REPEAT_PRESSURE};
 use super::actions::{Action, CallResult, CallTag};
 use super::exhaustion::SupplyInput;
 use super::scale_down::{DownEnd, DownInput, Seen};
 use super::scale_up::{self, Sighting, UpInput};
+use super::{Core, REPEAT_PRESSURE};
 use crate::fleet::ReportRejected;
 use crate::ops::{OpBody, OpId};
 

@@ -217,7 +217,12 @@ pub fn pressure_on(facts: &Facts<'_>, cfg: &BrokerConfig, node: &str, now: DateT
 }
 
 /// Whether group `g` (or its profile) is over a scale-up threshold.
-pub fn group_pressure(facts: &Facts<'_>, cfg: &BrokerConfig, g: &GroupKey, now: DateTime<Utc>) -> bool {
+pub fn group_pressure(
+    facts: &Facts<'_>,
+    cfg: &BrokerConfig,
+    g: &GroupKey,
+    now: DateTime<Utc>,
+) -> bool {
     let p = &cfg.policy;
     let gs = facts.group_stats(g, now);
     let ps = facts.profile_stats(&g.profile, now);

@@ -57,9 +57,11 @@ impl ScaleDown {
             return false;
         };
         let intervals = cx.facts.stale_intervals;
-        cx.facts.fleet.get(&self.node).is_some_and(|e| {
-            e.is_fresh(now, intervals) && now - at > e.stale_after(intervals) * 2
-        }) && self.presence != Some(Presence::Gone)
+        cx.facts
+            .fleet
+            .get(&self.node)
+            .is_some_and(|e| e.is_fresh(now, intervals) && now - at > e.stale_after(intervals) * 2)
+            && self.presence != Some(Presence::Gone)
     }
 
     pub(super) fn call_presence(&mut self, cx: &DownCtx<'_>) -> DownOut {

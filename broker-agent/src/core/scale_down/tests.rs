@@ -183,7 +183,10 @@ fn a_resumed_removal_is_confirmed_not_requested_twice() {
             c.iter().all(|c| !matches!(c.1, HandlerCall::Remove(_))),
             "no second remove-node: {c:?}"
         );
-        assert!(matches!(c.as_slice(), [(_, HandlerCall::Presence { .. })]), "{c:?}");
+        assert!(
+            matches!(c.as_slice(), [(_, HandlerCall::Presence { .. })]),
+            "{c:?}"
+        );
         assert_eq!(down(&h2, &op).step, DownStep::ConfirmingGone);
         (h2, op)
     };
@@ -194,7 +197,11 @@ fn a_resumed_removal_is_confirmed_not_requested_twice() {
     h2.advance(40);
     h2.tick();
     assert_eq!(kinds(&h2.out), vec![DecisionKind::Removed]);
-    assert!(calls(&h2.out).iter().all(|c| !matches!(c.1, HandlerCall::Remove(_))));
+    assert!(
+        calls(&h2.out)
+            .iter()
+            .all(|c| !matches!(c.1, HandlerCall::Remove(_)))
+    );
     assert_eq!(down(&h2, &op).end, Some(DownEnd::Removed));
     // It did not: the node reports on, and after twice its stale window
     // (3 intervals of 10 s) the removal is asked again, once.
@@ -213,7 +220,10 @@ fn a_resumed_removal_is_confirmed_not_requested_twice() {
             .filter(|c| matches!(c.1, HandlerCall::Remove(_)))
             .count();
     }
-    assert_eq!(asked, 1, "asked again once the node was seen alive long after");
+    assert_eq!(
+        asked, 1,
+        "asked again once the node was seen alive long after"
+    );
     assert_eq!(down(&h2, &op2).step, DownStep::Removing);
 }
 
