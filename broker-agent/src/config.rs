@@ -139,7 +139,9 @@ pub struct AgentSection {
     #[serde(with = "duration")]
     pub lead_period: Duration,
     /// A leader that got none of its own tokens back for this long steps
-    /// down (at least twice `lead_period`). Default `3s`.
+    /// down (at least twice `lead_period`). Default `10s`: a backstop (a
+    /// dropped connection steps the leader down at once) that a leader busy
+    /// with a large backlog must not trip.
     #[serde(with = "duration")]
     pub lead_lease: Duration,
 }
@@ -159,7 +161,7 @@ impl Default for AgentSection {
             report_backlog: 50_000,
             cluster: "main".into(),
             lead_period: Duration::from_secs(1),
-            lead_lease: Duration::from_secs(3),
+            lead_lease: Duration::from_secs(10),
         }
     }
 }
