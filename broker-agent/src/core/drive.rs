@@ -128,11 +128,11 @@ impl Core {
             Some(UpOutcome::TimedOut) => Some(SupplyInput::Failed(HandlerError::Transient(
                 "provision timeout".into(),
             ))),
-            None => None,
+            Some(UpOutcome::Lost) | None => None,
         };
         let ended = matches!(
             out.outcome,
-            Some(UpOutcome::Failed(_) | UpOutcome::TimedOut)
+            Some(UpOutcome::Failed(_) | UpOutcome::TimedOut | UpOutcome::Lost)
         );
         let mut acts = self.address(id, out.effects, out.touched, now);
         if let Some(input) = supply_input {

@@ -159,6 +159,11 @@ pub enum UpOutcome {
     Failed(HandlerError),
     /// The node never reported: a failure too.
     TimedOut,
+    /// The node never reported, and the create request may never have
+    /// reached the cloud: the process that made it stopped before the
+    /// answer, and the handler cannot look it up (`exec`). Not a cloud
+    /// failure: no backoff, so the next evaluation asks again at once.
+    Lost,
 }
 
 /// What a scale-up reads besides its own state.
@@ -342,19 +347,31 @@ impl ScaleUp {
     }
 
     fn timed_out(&mut self, cx: &UpCtx<'_>) -> UpOut {
+        let uncertain = matches!(self.step, UpStep::Booting { uncertain: true });
         self.step = UpStep::TimedOut;
+        let mut reason = format!(
+            "no node reported for {} within the provision timeout ({})",
+            cx.op,
+            humantime::format_duration(cx.cfg.policy.provision_timeout)
+        );
+        if uncertain {
+            reason.push_str(
+                "; its create request may never have reached the cloud (the agent that made it \
+                 stopped, and the handler cannot look it up): no backoff",
+            );
+        }
         let decide = Effect::Decide(Note {
             kind: DecisionKind::ProvisionTimeout,
             node: None,
-            reason: format!(
-                "no node reported for {} within the provision timeout ({})",
-                cx.op,
-                humantime::format_duration(cx.cfg.policy.provision_timeout)
-            ),
+            reason,
             stats: true,
         });
         Out {
-            outcome: Some(UpOutcome::TimedOut),
+            outcome: Some(if uncertain {
+                UpOutcome::Lost
+            } else {
+                UpOutcome::TimedOut
+            }),
             ..Out::effect(decide)
         }
     }

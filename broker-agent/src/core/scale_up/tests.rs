@@ -80,6 +80,37 @@ fn unknown_outcome_is_looked_up_and_never_requested_twice() {
     assert_eq!(up_step(&h, &op), UpStep::Requesting);
 }
 
+/// A create whose fate nobody can tell (the agent that asked stopped, the
+/// handler cannot look it up) that never brings a node: not a cloud
+/// failure, so no backoff, and the next evaluation asks again at once.
+#[test]
+fn an_uncertain_create_that_never_joins_ends_without_backoff() {
+    let mut h = H::new(cfg_with(|_| {}));
+    let op = scale_up_op(&mut h);
+    answer(&mut h, CallResult::Capacity(Ok(Capacity::unknown())));
+    answer(
+        &mut h,
+        CallResult::Create(Err(HandlerError::Transient("timeout".into()))),
+    );
+    answer(&mut h, CallResult::Lookup(Ok(Lookup::Unknown)));
+    assert_eq!(up_step(&h, &op), UpStep::Booting { uncertain: true });
+    h.advance(15 * 60);
+    let a = h.tick();
+    assert_eq!(kinds(&a), vec![DecisionKind::ProvisionTimeout]);
+    let Some(Action::Decide(d)) = a.iter().find(|x| matches!(x, Action::Decide(_))) else {
+        panic!("{a:?}")
+    };
+    assert!(d.reason.contains("no backoff"), "{}", d.reason);
+    assert_eq!(up_step(&h, &op), UpStep::TimedOut);
+    let gs = h.core.group_state(&g("d1", "small"));
+    assert_eq!(gs.supply.backoff_until, None);
+    assert_eq!(gs.supply.up_failures, 0);
+    // Still under pressure: the next evaluation asks for a node again.
+    h.advance(60);
+    h.node("a", "d1", 95, 100);
+    assert_eq!(kinds(&h.eval()), vec![DecisionKind::ScaleUp]);
+}
+
 #[test]
 fn provision_timeout_then_backoff_doubles_to_its_maximum() {
     let mut h = H::new(cfg_with(|_| {}));
