@@ -319,6 +319,12 @@ impl Eval<'_> {
             }
         }
         self.group_up(f, &mut plan);
+        // Every decision held (the start-up grace, the breaker): no drain is
+        // cancelled either. A restarted agent has heard from part of the
+        // fleet, whose figures can read as pressure (found by the campaign).
+        if self.common.iter().any(|r| !r.ok) {
+            plan.cancels.clear();
+        }
         let remembered = self.memory.group(key).memory.underused_since;
         let mut underused_since = remembered;
         let mut drain = None;

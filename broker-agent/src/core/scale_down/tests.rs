@@ -358,6 +358,49 @@ fn returning_pressure_cancels_the_drain_instead_of_booting_a_node() {
     assert_eq!(down(&h, &op).end, Some(DownEnd::Cancelled));
 }
 
+/// A restarted agent resumes a drain and hears from part of the fleet
+/// first, whose figures read as pressure: the drain is not cancelled on
+/// them during the start-up grace (found by the fault campaign), only once
+/// the grace is over and the pressure is still there.
+#[test]
+fn a_resumed_drain_is_not_cancelled_on_a_partial_fleet_during_the_grace() {
+    let mut h = H::new(cfg_with(short_windows));
+    let (op, cmd) = start_drain(&mut h);
+    done(
+        &mut h,
+        &op,
+        cmd,
+        "cmd.deactivate",
+        CommandResult::Deactivated { gears: gears(10) },
+    );
+    let restored = journaled(&h);
+    let mut h2 = H::new(cfg_with(|c| {
+        short_windows(c);
+        c.policy.startup_grace = std::time::Duration::from_secs(30);
+    }));
+    h2.now = h.now;
+    h2.core.restore(restored);
+    h2.core.resume(h2.now);
+    // Only a nearly full node has reported to the new process.
+    h2.advance(1);
+    h2.node("a", "d1", 95, 100);
+    let a = h2.eval();
+    assert!(
+        sends(&a)
+            .iter()
+            .all(|s| !matches!(s.3, Message::Activate(_))),
+        "no re-activation during the grace: {a:?}"
+    );
+    assert_ne!(explain(&a, "d1").outcome, Outcome::DrainCancelled);
+    assert!(down(&h2, &op).end.is_none());
+    // After the grace, with the pressure real, the drain is cancelled.
+    h2.advance(30);
+    h2.node("a", "d1", 95, 100);
+    h2.node("b", "d1", 95, 100);
+    let a = h2.eval();
+    assert_eq!(explain(&a, "d1").outcome, Outcome::DrainCancelled);
+}
+
 mod confirm;
 mod machine;
 mod paas;
