@@ -321,7 +321,9 @@ pub(crate) fn start_drain(h: &mut H) -> (OpId, Uuid) {
 
 /// [`start_drain`], then the node deactivated with `n` gears, evacuated,
 /// and reporting itself empty: the saga asks the handler to remove it.
-pub(crate) fn drain_to_removal(h: &mut H, n: usize) -> OpId {
+/// [`start_drain`], then the node deactivated with `n` gears: the
+/// operation and what the coordinator did next.
+pub(crate) fn deactivated_drain(h: &mut H, n: usize) -> (OpId, Vec<Action>) {
     let (op, cmd) = start_drain(h);
     let a = done(
         h,
@@ -330,6 +332,11 @@ pub(crate) fn drain_to_removal(h: &mut H, n: usize) -> OpId {
         "cmd.deactivate",
         CommandResult::Deactivated { gears: gears(n) },
     );
+    (op, a)
+}
+
+pub(crate) fn drain_to_removal(h: &mut H, n: usize) -> OpId {
+    let (op, a) = deactivated_drain(h, n);
     let (_, _, evac, _) = sends(&a).pop().expect("cmd.evacuate");
     let evacuated = CommandResult::Evacuated {
         moved: n as u32,

@@ -332,14 +332,7 @@ fn pinned_gear_in_the_inventory_aborts() {
 #[test]
 fn returning_pressure_cancels_the_drain_instead_of_booting_a_node() {
     let mut h = H::new(cfg_with(short_windows));
-    let (op, cmd) = start_drain(&mut h);
-    done(
-        &mut h,
-        &op,
-        cmd,
-        "cmd.deactivate",
-        CommandResult::Deactivated { gears: gears(10) },
-    );
+    let (op, _) = deactivated_drain(&mut h, 10);
     // Load returns: a and b nearly full, c inactive.
     h.advance(10);
     h.node("a", "d1", 95, 100);
@@ -365,14 +358,7 @@ fn returning_pressure_cancels_the_drain_instead_of_booting_a_node() {
 #[test]
 fn a_resumed_drain_is_not_cancelled_on_a_partial_fleet_during_the_grace() {
     let mut h = H::new(cfg_with(short_windows));
-    let (op, cmd) = start_drain(&mut h);
-    done(
-        &mut h,
-        &op,
-        cmd,
-        "cmd.deactivate",
-        CommandResult::Deactivated { gears: gears(10) },
-    );
+    let (op, _) = deactivated_drain(&mut h, 10);
     let restored = journaled(&h);
     let mut h2 = H::new(cfg_with(|c| {
         short_windows(c);

@@ -31,15 +31,21 @@ fn scale_up_joins_when_the_node_reports_its_operation() {
     assert_eq!(up_step(&h, &op), UpStep::Joined);
 }
 
+/// A scale-up whose create call timed out: its outcome is unknown.
+fn create_timed_out(h: &mut H) -> OpId {
+    let op = scale_up_op(h);
+    answer(h, CallResult::Capacity(Ok(Capacity::unknown())));
+    answer(
+        h,
+        CallResult::Create(Err(HandlerError::Transient("timeout".into()))),
+    );
+    op
+}
+
 #[test]
 fn unknown_outcome_is_looked_up_and_never_requested_twice() {
     let mut h = H::new(cfg_with(|_| {}));
-    let op = scale_up_op(&mut h);
-    answer(&mut h, CallResult::Capacity(Ok(Capacity::unknown())));
-    answer(
-        &mut h,
-        CallResult::Create(Err(HandlerError::Transient("timeout".into()))),
-    );
+    let op = create_timed_out(&mut h);
     assert_eq!(up_step(&h, &op), UpStep::Checking);
     assert!(matches!(last_call(&h).1, HandlerCall::Lookup { .. }));
     answer(&mut h, CallResult::Lookup(Ok(Lookup::Unknown)));
@@ -51,12 +57,7 @@ fn unknown_outcome_is_looked_up_and_never_requested_twice() {
     assert_eq!(creates, 1);
     // NotFound: asking again is safe.
     let mut h = H::new(cfg_with(|_| {}));
-    let op = scale_up_op(&mut h);
-    answer(&mut h, CallResult::Capacity(Ok(Capacity::unknown())));
-    answer(
-        &mut h,
-        CallResult::Create(Err(HandlerError::Transient("timeout".into()))),
-    );
+    let op = create_timed_out(&mut h);
     answer(&mut h, CallResult::Lookup(Ok(Lookup::NotFound)));
     let HandlerCall::Create(req) = last_call(&h).1 else {
         panic!()
@@ -86,12 +87,7 @@ fn unknown_outcome_is_looked_up_and_never_requested_twice() {
 #[test]
 fn an_uncertain_create_that_never_joins_ends_without_backoff() {
     let mut h = H::new(cfg_with(|_| {}));
-    let op = scale_up_op(&mut h);
-    answer(&mut h, CallResult::Capacity(Ok(Capacity::unknown())));
-    answer(
-        &mut h,
-        CallResult::Create(Err(HandlerError::Transient("timeout".into()))),
-    );
+    let op = create_timed_out(&mut h);
     answer(&mut h, CallResult::Lookup(Ok(Lookup::Unknown)));
     assert_eq!(up_step(&h, &op), UpStep::Booting { uncertain: true });
     h.advance(15 * 60);
