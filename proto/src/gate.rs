@@ -175,7 +175,7 @@ impl Refusal {
         }
     }
 
-    fn raw_auth(raw: &RawEnvelope, e: &AuthError) -> Refusal {
+    pub(crate) fn raw_auth(raw: &RawEnvelope, e: &AuthError) -> Refusal {
         let step = match e {
             AuthError::Expired(_) | AuthError::Stale { .. } => Step::Time,
             _ => Step::Auth,
@@ -184,7 +184,7 @@ impl Refusal {
         Refusal::of_raw(raw, step, e.reason_label(), detail)
     }
 
-    fn undecodable(bytes: &[u8], e: &ProtoError) -> Refusal {
+    pub(crate) fn undecodable(bytes: &[u8], e: &ProtoError) -> Refusal {
         Refusal {
             step: Step::Decode,
             reason: e.reason_label(),
@@ -278,14 +278,22 @@ impl<'k> Gate<'k> {
         expect: Expect,
         now: DateTime<Utc>,
     ) -> Result<Admitted, Refusal> {
-        if !(expect.kinds)(raw.kind) {
-            let detail = format!("{} from {} is not taken here", raw.kind, raw.from);
-            return Err(Refusal::of_raw(&raw, Step::Kind, UNEXPECTED_KIND, detail));
-        }
+        check_kind(&raw, expect)?;
         let role = self
             .keyring
             .verify_raw(&raw)
             .map_err(|e| Refusal::raw_auth(&raw, &e))?;
+        self.after_signature(raw, role, expect, now)
+    }
+
+    /// Steps 3 (role) to 5 on a header whose signature is good.
+    pub(crate) fn after_signature(
+        &self,
+        raw: RawEnvelope,
+        role: Role,
+        expect: Expect,
+        now: DateTime<Utc>,
+    ) -> Result<Admitted, Refusal> {
         if let Some(roles) = expect.roles
             && !roles.contains(&role)
         {
@@ -361,6 +369,15 @@ impl<'k> Gate<'k> {
             .map_err(|e| Refusal::auth(&a.envelope, &e))?;
         Ok(a)
     }
+}
+
+/// Step 2: the kind is one the receiver takes here.
+pub(crate) fn check_kind(raw: &RawEnvelope, expect: Expect) -> Result<(), Refusal> {
+    if (expect.kinds)(raw.kind) {
+        return Ok(());
+    }
+    let detail = format!("{} from {} is not taken here", raw.kind, raw.from);
+    Err(Refusal::of_raw(raw, Step::Kind, UNEXPECTED_KIND, detail))
 }
 
 fn wrong_role(sig: Option<&str>, role: Role, kind: Kind) -> AuthError {

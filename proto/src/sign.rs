@@ -281,6 +281,20 @@ impl Keyring {
         kind: Kind,
         from: &str,
     ) -> Result<Role, AuthError> {
+        let (signature, kid, trusted) = self.signature_of(sig)?;
+        trusted
+            .key
+            .verify(signed, &signature)
+            .map_err(|_| AuthError::BadSignature)?;
+        after_signature(kid, trusted, kind, from)
+    }
+
+    /// The signature of a `sig` field and the trusted key it names (with
+    /// that key's id), not yet checked against the signed bytes.
+    pub(crate) fn signature_of<'s>(
+        &self,
+        sig: Option<&'s str>,
+    ) -> Result<(Signature, &'s str, &TrustedKey), AuthError> {
         let sig = sig.ok_or(AuthError::Unsigned)?;
         let mut parts = sig.splitn(3, ':');
         let (alg, kid, b64) = match (parts.next(), parts.next(), parts.next()) {
@@ -307,30 +321,36 @@ impl Keyring {
         let raw: [u8; 64] = raw
             .try_into()
             .map_err(|_| AuthError::MalformedSignature("signature is not 64 bytes".into()))?;
-        let signature = Signature::from_bytes(&raw);
-        trusted
-            .key
-            .verify(signed, &signature)
-            .map_err(|_| AuthError::BadSignature)?;
-        if !kind.allowed_roles().contains(&trusted.role) {
-            return Err(AuthError::WrongRole {
-                key: kid.to_string(),
-                role: trusted.role.to_string(),
-                kind: kind.to_string(),
-            });
-        }
-        // After the signature: only a key's holder learns that it is bound.
-        if let Some(host) = &trusted.speaks_for
-            && host != from
-        {
-            return Err(AuthError::WrongIdentity {
-                key: kid.to_string(),
-                bound: host.clone(),
-                from: from.chars().take(64).collect(),
-            });
-        }
-        Ok(trusted.role)
+        Ok((Signature::from_bytes(&raw), kid, trusted))
     }
+}
+
+/// The checks after a good signature: the key's role may send `kind`, and a
+/// key bound to an identity signed as that identity. Returns the role.
+pub(crate) fn after_signature(
+    kid: &str,
+    trusted: &TrustedKey,
+    kind: Kind,
+    from: &str,
+) -> Result<Role, AuthError> {
+    if !kind.allowed_roles().contains(&trusted.role) {
+        return Err(AuthError::WrongRole {
+            key: kid.to_string(),
+            role: trusted.role.to_string(),
+            kind: kind.to_string(),
+        });
+    }
+    // After the signature: only a key's holder learns that it is bound.
+    if let Some(host) = &trusted.speaks_for
+        && host != from
+    {
+        return Err(AuthError::WrongIdentity {
+            key: kid.to_string(),
+            bound: host.clone(),
+            from: from.chars().take(64).collect(),
+        });
+    }
+    Ok(trusted.role)
 }
 
 /// Time checks: `expires` and the accepted skew around the receiver's clock.

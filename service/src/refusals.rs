@@ -27,6 +27,29 @@ pub fn admit_delivery(
     }
 }
 
+/// [`admit_delivery`] of many deliveries, their signatures checked in one
+/// batch ([`Gate::admit_many`]); the verdicts in order.
+pub fn admit_deliveries(
+    gate: &Gate<'_>,
+    ds: &[&Delivery],
+    expect: Expect,
+    now: DateTime<Utc>,
+) -> Vec<Result<Admitted, Refusal>> {
+    let whole: Vec<&[u8]> = ds
+        .iter()
+        .filter(|d| d.too_large.is_none())
+        .map(|d| &d.payload[..])
+        .collect();
+    let mut admitted = gate.admit_many(&whole, expect, now).into_iter();
+    // One verdict per message: the whole ones' come from `admitted` in order.
+    ds.iter()
+        .filter_map(|d| match &d.too_large {
+            Some(t) => Some(Err(Refusal::oversized(t.size, t.limit))),
+            None => admitted.next(),
+        })
+        .collect()
+}
+
 /// Rate-limited log of refused messages for one receiver.
 #[derive(Debug)]
 pub struct RefusalLog {

@@ -5,8 +5,9 @@
 //! Verifying a signature costs more than everything else a report does, so
 //! a batch is first *peeked* (the sender and the report's `seq`, no
 //! signature, no canonical form) and *coalesced*: per sender, the reports
-//! newest first. The driver verifies the newest; only when it is refused
-//! does it try the next, so a forged report with a high `seq` cannot
+//! newest first. The driver verifies the newest of every sender in one
+//! batch verification; only when one is refused does it try that sender's
+//! next (in another batch), so a forged report with a high `seq` cannot
 //! silence a node's genuine ones. The others are superseded: acknowledged
 //! once the survivor's effect is applied, never verified. Reports no newer
 //! than what the fleet already holds are stale and refused unverified.

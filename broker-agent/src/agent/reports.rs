@@ -1,12 +1,13 @@
 //! Node reports, a batch at a time (see [`super::intake`]): peeked and
-//! coalesced, the newest of each node through the signed-message gate and
+//! coalesced, the newest of each node through the signed-message gate (the
+//! batch's signatures checked together, see [`gearshift_proto::batch`]) and
 //! the broker's own identity check, news first, an evaluation they make
 //! due at once, then every delivery of the batch acknowledged.
 
 use chrono::{DateTime, Utc};
 use gearshift_bus::Delivery;
 use gearshift_proto::msg::{Message, NodeReport};
-use gearshift_service::refusals::admit_delivery;
+use gearshift_service::refusals::{admit_deliveries, admit_delivery};
 use uuid::Uuid;
 
 use super::deliveries::{Log, REPORTS, ack, after_gate};
@@ -23,29 +24,19 @@ impl Agent {
         core: &mut Core,
         st: &mut RunState,
         batch: Vec<Delivery>,
+        first: DateTime<Utc>,
     ) -> Result2<()> {
-        let now = Utc::now();
+        // From the first delivery on: a lingering batch's wait counts in
+        // the decision latency.
+        let now = first;
         let peeked = batch.into_iter().map(|d| (peek(&d.payload), d)).collect();
         let c = coalesce(peeked, |n| core.fleet().get(n).map(|e| e.report.seq));
         let mut done: Vec<Delivery> = Vec::with_capacity(c.stale.len());
-        let mut superseded = 0u64;
         for (p, d) in c.stale {
             self.refuse(st, Log::Reports, &stale(p));
             done.push(d);
         }
-        let mut reports = vec![];
-        for newest_first in c.nodes {
-            let mut found = false;
-            for d in newest_first {
-                if found {
-                    superseded += 1;
-                } else if let Some(r) = self.admit_report(st, &d, now) {
-                    reports.push(r);
-                    found = true;
-                }
-                done.push(d);
-            }
-        }
+        let (mut reports, superseded) = self.admit_newest(st, c.nodes, &mut done, now);
         for d in c.other {
             reports.extend(self.admit_report(st, &d, now));
             done.push(d);
@@ -64,13 +55,52 @@ impl Agent {
             self.take_report(core, st, r, now).await?;
         }
         self.evaluate_if_due(core, st).await?;
-        // Waiting for the transport to write the acks would hold up the loop.
-        self.tracker.spawn(async move {
-            for d in done {
-                ack(d).await;
-            }
-        });
+        // Waiting for the transport to write the acks would hold up the loop;
+        // all at once, the transport writes them together.
+        self.tracker
+            .spawn(futures::future::join_all(done.into_iter().map(ack)));
         Ok(())
+    }
+
+    /// Per node (deliveries newest first) the newest report that passes the
+    /// gate, in rounds: each round's candidates — every node's next — have
+    /// their signatures checked in one batch; a node whose candidate is
+    /// refused offers its next in the next round. What a node's survivor
+    /// supersedes is never verified. Every delivery ends in `done`; returns
+    /// the survivors and how many were superseded.
+    fn admit_newest(
+        &self,
+        st: &mut RunState,
+        nodes: Vec<Vec<Delivery>>,
+        done: &mut Vec<Delivery>,
+        now: DateTime<Utc>,
+    ) -> (Vec<Admitted>, u64) {
+        let mut queues: Vec<std::vec::IntoIter<Delivery>> =
+            nodes.into_iter().map(Vec::into_iter).collect();
+        let mut round: Vec<usize> = (0..queues.len()).collect();
+        let (mut admitted, mut superseded) = (Vec::with_capacity(queues.len()), 0u64);
+        while !round.is_empty() {
+            let heads: Vec<(usize, Delivery)> = round
+                .drain(..)
+                .filter_map(|i| queues[i].next().map(|d| (i, d)))
+                .collect();
+            let refs: Vec<&Delivery> = heads.iter().map(|(_, d)| d).collect();
+            let verdicts = admit_deliveries(&self.gate(), &refs, REPORTS, now);
+            for ((i, d), v) in heads.into_iter().zip(verdicts) {
+                match self.own_report(st, v) {
+                    Some(a) => {
+                        admitted.push(a);
+                        let rest = queues[i].by_ref();
+                        let before = done.len();
+                        done.extend(rest);
+                        superseded += (done.len() - before) as u64;
+                    }
+                    None => round.push(i),
+                }
+                done.push(d);
+            }
+        }
+        (admitted, superseded)
     }
 
     /// The gate, then the broker's own check that a node reports for itself.
@@ -80,7 +110,18 @@ impl Agent {
         d: &Delivery,
         now: DateTime<Utc>,
     ) -> Option<Admitted> {
-        let env = match admit_delivery(&self.gate(), d, REPORTS, now) {
+        let verdict = admit_delivery(&self.gate(), d, REPORTS, now);
+        self.own_report(st, verdict)
+    }
+
+    /// A gate's verdict on a report, and the broker's own check that the
+    /// node reports for itself; a refusal is counted and logged.
+    fn own_report(
+        &self,
+        st: &mut RunState,
+        verdict: Result<gearshift_proto::Admitted, gearshift_proto::Refusal>,
+    ) -> Option<Admitted> {
+        let env = match verdict {
             Ok(a) => a.envelope,
             Err(r) => {
                 self.refuse(st, Log::Reports, &r);

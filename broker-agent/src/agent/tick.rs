@@ -111,12 +111,15 @@ impl Agent {
         if let Ok(mut a) = self.fleet.active.write() {
             *a = active;
         }
-        let mut nodes = vec![];
-        for g in core.fleet().groups() {
-            nodes.extend(core.candidates(&g, "", now));
-        }
-        if let Ok(mut n) = self.fleet.nodes.write() {
-            *n = nodes;
+        // Only the placement service reads the candidates.
+        if self.placement_service && self.cfg.agent.placement_service {
+            let mut nodes = vec![];
+            for g in core.fleet().groups() {
+                nodes.extend(core.candidates(&g, "", now));
+            }
+            if let Ok(mut n) = self.fleet.nodes.write() {
+                *n = nodes;
+            }
         }
         if let Ok(mut c) = self.fleet.cordoned.write() {
             *c = core.cordons().nodes().keys().cloned().collect();

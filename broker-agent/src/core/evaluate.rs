@@ -64,8 +64,16 @@ impl Core {
     }
 
     /// Forgets nodes missing for too long (unless a saga still needs them).
+    /// The scan covers the whole fleet, so it runs every tenth of
+    /// `forget_missing_after` (a minute at most), not at every evaluation: a
+    /// node is forgotten that much late at most.
     fn forget_long_missing(&mut self, now: DateTime<Utc>) {
         let after = dur(self.cfg.policy.forget_missing_after);
+        let every = (after / 10).min(chrono::Duration::minutes(1));
+        if self.forget_scanned.is_some_and(|t| now - t < every) {
+            return;
+        }
+        self.forget_scanned = Some(now);
         for node in self.fleet.long_missing(now, after) {
             if self.ops.saga_of(&node).is_none() {
                 tracing::warn!(node, "missing for too long: forgotten");

@@ -101,6 +101,9 @@ pub struct Core {
     /// ran: their reports ask for an early evaluation at most every
     /// [`REPEAT_PRESSURE`] (see `route.rs`).
     pub(crate) pressured: (BTreeSet<GroupKey>, Option<DateTime<Utc>>),
+    /// When the last evaluation looked for nodes missing too long (see
+    /// `evaluate.rs`: a scan of the whole fleet, not at every evaluation).
+    pub(crate) forget_scanned: Option<DateTime<Utc>>,
     /// History records not yet taken by the driver.
     pub(crate) history: Vec<Record>,
     /// The kind of each handler the driver runs, by name (`log`: a dry run).
@@ -138,6 +141,7 @@ impl Core {
             eval_due: None,
             pressured: Default::default(),
             pressure_seen: None,
+            forget_scanned: None,
             history: vec![],
             handler_kinds: BTreeMap::new(),
         }

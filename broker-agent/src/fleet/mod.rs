@@ -416,14 +416,9 @@ impl Fleet {
 
     /// Every profile with at least one node.
     pub fn profiles(&self) -> Vec<String> {
-        let mut v: Vec<String> = self
-            .nodes
-            .values()
-            .map(|e| e.report.profile.clone())
-            .collect();
-        v.sort();
-        v.dedup();
-        v
+        // From the group index (a group without nodes leaves it), not a scan.
+        let set: BTreeSet<&str> = self.by_group.keys().map(|g| g.profile.as_str()).collect();
+        set.into_iter().map(str::to_string).collect()
     }
 
     /// (missing, known) over the whole fleet, for the breaker.
@@ -431,18 +426,15 @@ impl Fleet {
         &self,
         now: DateTime<Utc>,
         stale_intervals: u32,
-        exclude: &dyn Fn(&str) -> bool,
+        exclude: &BTreeSet<String>,
     ) -> (usize, usize) {
-        let mut missing = 0;
-        let mut known = 0;
-        for e in self.nodes.values() {
-            if exclude(&e.report.node) {
-                continue;
-            }
-            known += 1;
-            if !e.is_fresh(now, stale_intervals) {
-                missing += 1;
-            }
+        // One pass without a lookup per node; the few excluded ones after.
+        let fresh = |e: &NodeEntry| e.is_fresh(now, stale_intervals);
+        let mut missing = self.nodes.values().filter(|e| !fresh(e)).count();
+        let mut known = self.nodes.len();
+        for e in exclude.iter().filter_map(|n| self.nodes.get(n)) {
+            known -= 1;
+            missing -= usize::from(!fresh(e));
         }
         (missing, known)
     }

@@ -114,7 +114,10 @@ fn stale_seq_is_refused_and_missing_nodes_counted() {
     let s = f.group_stats(&g, t(31), 3, &|_| false);
     assert_eq!((s.nodes_missing, s.nodes_active), (1, 0));
     assert_eq!(s.district_free_uids, None);
-    assert_eq!(f.staleness(t(31), 3, &|_| false), (1, 1));
+    assert_eq!(f.staleness(t(31), 3, &BTreeSet::new()), (1, 1));
+    // A node being removed counts neither as known nor as missing.
+    let removing = BTreeSet::from(["n1".to_string()]);
+    assert_eq!(f.staleness(t(31), 3, &removing), (0, 0));
     assert_eq!(
         f.long_missing(t(100), Duration::seconds(60)),
         vec!["n1".to_string()]

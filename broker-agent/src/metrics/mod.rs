@@ -7,7 +7,7 @@
 //! group's figures: no extra pass over the fleet. `docs/prometheus/` has
 //! alert rules written on them.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 
@@ -72,7 +72,14 @@ struct Capacity {
     breaker: Family<Labels, Gauge>,
     paused: Family<Labels, Gauge>,
     seen: Arc<Mutex<BTreeSet<(String, String)>>>,
+    /// What each group's gauges were last set to: an evaluation sets only
+    /// the groups whose figures changed (thousands of label look-ups
+    /// otherwise, at every evaluation).
+    last: Arc<Mutex<HashMap<(String, String), Figures>>>,
 }
+
+/// The figures behind one group's gauges.
+type Figures = [u64; 8];
 
 /// The states of `group_nodes`.
 const NODE_STATES: [&str; 3] = ["active", "inactive", "missing"];
@@ -423,6 +430,24 @@ impl Capacity {
     }
 
     fn set(&self, district: &str, profile: &str, s: &GroupStats, breaker: bool, paused: bool) {
+        let figures: Figures = [
+            s.usage_pct.to_bits(),
+            u64::from(s.available_active_gears),
+            u64::from(s.effective_available_gears),
+            u64::from(s.nodes_missing),
+            u64::from(s.nodes_active),
+            u64::from(s.nodes_inactive),
+            u64::from(breaker),
+            u64::from(paused),
+        ];
+        {
+            let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+            let key = (district.to_string(), profile.to_string());
+            if last.get(&key) == Some(&figures) {
+                return;
+            }
+            last.insert(key, figures);
+        }
         let g = l(&[("district", district), ("profile", profile)]);
         self.usage.get_or_create(&g).set(s.usage_pct / 100.0);
         self.available
@@ -450,7 +475,9 @@ impl Capacity {
     /// Drops the series of groups not in `now_seen`.
     fn forget_others(&self, now_seen: BTreeSet<(String, String)>) {
         let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+        let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
         for (d, p) in seen.difference(&now_seen) {
+            last.remove(&(d.clone(), p.clone()));
             let g = l(&[("district", d), ("profile", p)]);
             self.usage.remove(&g);
             self.available.remove(&g);

@@ -248,9 +248,7 @@ fn breaker(
     now: DateTime<Utc>,
 ) -> Breaker {
     let pct = cfg.policy.breaker_stale_percent;
-    let (missing, known) = facts
-        .fleet
-        .staleness(now, facts.stale_intervals, &|n| removing.contains(n));
+    let (missing, known) = facts.fleet.staleness(now, facts.stale_intervals, removing);
     Breaker {
         open: known > 0 && missing * 100 > pct as usize * known,
         detail: format!("{missing} of {known} nodes missing; the breaker opens above {pct} %"),
