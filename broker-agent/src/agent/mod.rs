@@ -379,9 +379,8 @@ impl Agent {
                 }
                 d = next(&mut subs.reports) => match d {
                     Some(d) => {
-                        let first = chrono::Utc::now();
-                        let batch = subs.report_batch(d).await;
-                        self.on_report_batch(core, st, batch, first).await?
+                        let batch = subs.report_batch(d);
+                        self.on_report_batch(core, st, batch).await?
                     }
                     None => subs.reports = None,
                 },

@@ -24,11 +24,8 @@ impl Agent {
         core: &mut Core,
         st: &mut RunState,
         batch: Vec<Delivery>,
-        first: DateTime<Utc>,
     ) -> Result2<()> {
-        // From the first delivery on: a lingering batch's wait counts in
-        // the decision latency.
-        let now = first;
+        let now = Utc::now();
         let peeked = batch.into_iter().map(|d| (peek(&d.payload), d)).collect();
         let c = coalesce(peeked, |n| core.fleet().get(n).map(|e| e.report.seq));
         let mut done: Vec<Delivery> = Vec::with_capacity(c.stale.len());

@@ -15,14 +15,6 @@ const EVENT_BATCH: usize = 256;
 /// Reports in flight from the bounded report queue (see `report_backlog`),
 /// and the most taken in one batch.
 const REPORT_PREFETCH: u16 = 1024;
-/// How long the loop waits for more reports after a small batch. At a
-/// steady rate every delivery would otherwise wake the loop (and spawn its
-/// acks) alone: the wake-ups, not the reports, then cost most of the
-/// agent's CPU. A report that shows pressure waits this long at most
-/// (counted in the decision latency).
-pub(super) const REPORT_LINGER: Duration = Duration::from_millis(10);
-/// A batch at least this large is taken at once, without lingering.
-const LINGER_BELOW: usize = 64;
 
 /// What the agent consumes; `None` until subscribed (or after the bus ended one).
 /// Only the leader consumes the shared queues (events, admin).
@@ -53,16 +45,14 @@ impl Subs {
         batch
     }
 
-    /// `first` and the reports already received (coalesced per node); when
-    /// they are few, those received within [`REPORT_LINGER`] too.
-    pub async fn report_batch(&mut self, first: Delivery) -> Vec<Delivery> {
-        let most = usize::from(REPORT_PREFETCH);
+    /// `first` and the reports already received (coalesced per node).
+    pub fn report_batch(&mut self, first: Delivery) -> Vec<Delivery> {
         let mut batch = vec![first];
-        take_ready(&mut batch, self.reports.as_mut(), most);
-        if batch.len() < LINGER_BELOW {
-            tokio::time::sleep(REPORT_LINGER).await;
-            take_ready(&mut batch, self.reports.as_mut(), most);
-        }
+        take_ready(
+            &mut batch,
+            self.reports.as_mut(),
+            usize::from(REPORT_PREFETCH),
+        );
         batch
     }
 }

@@ -60,7 +60,10 @@ impl Core {
             });
             out.extend(self.drive_down(&id, report, now));
         }
-        if self.eval_due.is_none() {
+        // Nothing this report shows can bring an evaluation already due
+        // by then any earlier.
+        let react = now + super::dur(self.cfg.policy.react_delay);
+        if self.eval_due.is_none_or(|t| t > react) {
             self.react_to_pressure(&node, now);
         }
         Ok(out)
@@ -81,15 +84,16 @@ impl Core {
             return;
         }
         let react = now + super::dur(self.cfg.policy.react_delay);
-        match &self.pressured {
-            (seen, Some(last)) if seen.contains(&g) => {
-                self.eval_due = Some(react.max(*last + REPEAT_PRESSURE));
-            }
+        // The earliest wins: a new crossing does not wait behind a repeat
+        // already asked for (up to REPEAT_PRESSURE later).
+        let due = match &self.pressured {
+            (seen, Some(last)) if seen.contains(&g) => react.max(*last + REPEAT_PRESSURE),
             _ => {
-                self.eval_due = Some(react);
                 self.pressure_seen.get_or_insert(now);
+                react
             }
-        }
+        };
+        self.eval_due = Some(self.eval_due.map_or(due, |t| t.min(due)));
     }
 
     /// A node's event about one of our commands (already authenticated),

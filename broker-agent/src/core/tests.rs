@@ -1,5 +1,7 @@
 //! The coordinator as a whole: early evaluations, restarts.
 
+use std::collections::BTreeSet;
+
 use crate::core::testkit::*;
 
 #[test]
@@ -8,6 +10,27 @@ fn a_report_over_a_threshold_asks_for_an_early_evaluation() {
     h.node("a", "d1", 50, 100);
     assert_eq!(h.core.evaluation_due(), None);
     h.node("a", "d1", 85, 100);
+    assert_eq!(h.core.evaluation_due(), Some(h.now + Duration::seconds(1)));
+    assert_eq!(h.core.take_pressure_seen(), Some(h.now));
+}
+
+/// A group already answered asks again only after REPEAT_PRESSURE; a new
+/// crossing elsewhere in the meantime is not held behind that repeat.
+#[test]
+fn a_new_crossing_does_not_wait_behind_a_repeat() {
+    let mut h = H::new(cfg_with(|_| {}));
+    // The profile's threshold (80 %) decides: d1 and d2 together.
+    h.node("a", "d1", 50, 100);
+    h.node("b", "d2", 80, 100);
+    // The last evaluation, just now, found d1 over its threshold.
+    h.core.pressured = (BTreeSet::from([g("d1", "small")]), Some(h.now));
+    // d1 is still over: its next evaluation waits for the repeat.
+    h.node("a", "d1", 86, 100);
+    let repeat = h.now + crate::core::REPEAT_PRESSURE;
+    assert_eq!(h.core.evaluation_due(), Some(repeat));
+    assert_eq!(h.core.take_pressure_seen(), None);
+    // d2 crosses: evaluated react_delay later, its latency clock started.
+    h.node("b", "d2", 90, 100);
     assert_eq!(h.core.evaluation_due(), Some(h.now + Duration::seconds(1)));
     assert_eq!(h.core.take_pressure_seen(), Some(h.now));
 }
