@@ -40,25 +40,18 @@ impl Subs {
     /// `first` and the events already received: they share one journal
     /// commit (each is acked after it).
     pub fn event_batch(&mut self, first: Delivery) -> Vec<Delivery> {
-        let mut batch = vec![first];
-        take_ready(&mut batch, self.events.as_mut(), EVENT_BATCH);
-        batch
+        batch_of(first, self.events.as_mut(), EVENT_BATCH)
     }
 
     /// `first` and the reports already received (coalesced per node).
     pub fn report_batch(&mut self, first: Delivery) -> Vec<Delivery> {
-        let mut batch = vec![first];
-        take_ready(
-            &mut batch,
-            self.reports.as_mut(),
-            usize::from(REPORT_PREFETCH),
-        );
-        batch
+        batch_of(first, self.reports.as_mut(), usize::from(REPORT_PREFETCH))
     }
 }
 
-/// Adds to `batch` what `s` already received, up to `most` in all.
-fn take_ready(batch: &mut Vec<Delivery>, s: Option<&mut Subscription>, most: usize) {
+/// `first` and what `s` already received, `most` in all.
+fn batch_of(first: Delivery, s: Option<&mut Subscription>, most: usize) -> Vec<Delivery> {
+    let mut batch = vec![first];
     if let Some(s) = s {
         while batch.len() < most {
             match futures::FutureExt::now_or_never(s.next()) {
@@ -67,6 +60,7 @@ fn take_ready(batch: &mut Vec<Delivery>, s: Option<&mut Subscription>, most: usi
             }
         }
     }
+    batch
 }
 
 /// The next delivery of `s`, or never when it is not subscribed.

@@ -64,26 +64,25 @@ impl Core {
         // by then any earlier.
         let react = now + super::dur(self.cfg.policy.react_delay);
         if self.eval_due.is_none_or(|t| t > react) {
-            self.react_to_pressure(&node, now);
+            self.react_to_pressure(&node, now, react);
         }
         Ok(out)
     }
 
     /// React quickly when a group goes over a scale-up threshold: an
-    /// evaluation `react_delay` later. A group the last evaluation already
-    /// found over one (its scale-up under way, or held by a guard) asks
-    /// again at most every [`REPEAT_PRESSURE`]: it was answered, and what
-    /// changes the answer (an operation ending, a cooldown running out)
-    /// does not come with its reports. Only a new crossing starts the
-    /// decision latency clock.
-    fn react_to_pressure(&mut self, node: &str, now: DateTime<Utc>) {
+    /// evaluation at `react` (`react_delay` after `now`). A group the last
+    /// evaluation already found over one (its scale-up under way, or held
+    /// by a guard) asks again at most every [`REPEAT_PRESSURE`]: it was
+    /// answered, and what changes the answer (an operation ending, a
+    /// cooldown running out) does not come with its reports. Only a new
+    /// crossing starts the decision latency clock.
+    fn react_to_pressure(&mut self, node: &str, now: DateTime<Utc>, react: DateTime<Utc>) {
         let Some(g) = self.fleet.get(node).map(|e| e.group()) else {
             return;
         };
         if !crate::policy::group_pressure(&self.facts(), &self.cfg, &g, now) {
             return;
         }
-        let react = now + super::dur(self.cfg.policy.react_delay);
         // The earliest wins: a new crossing does not wait behind a repeat
         // already asked for (up to REPEAT_PRESSURE later).
         let due = match &self.pressured {
