@@ -144,11 +144,33 @@ impl Default for ConsumeOptions {
     }
 }
 
+/// Where a delivery stands among its consumer's, for a transport that can
+/// acknowledge a consumer's deliveries up to one in a single frame (AMQP's
+/// `basic.ack` with `multiple`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct AckPosition {
+    /// The consumer (a new one after every reconnect), unique in the process.
+    pub consumer: u64,
+    /// The delivery's place in that consumer's order (AMQP's delivery tag).
+    pub tag: u64,
+}
+
 /// Acknowledges one delivery; implemented by each transport.
 #[async_trait]
 pub trait AckHandle: Send + Sync {
     /// Positive acknowledgement: the message is done with and leaves the queue.
     async fn ack(&self) -> Result<(), BusError>;
+    /// This delivery's position, when the transport can acknowledge every
+    /// delivery of its consumer up to it at once ([`AckHandle::ack_up_to`]).
+    fn position(&self) -> Option<AckPosition> {
+        None
+    }
+    /// Acknowledges this delivery and every earlier one of its consumer not
+    /// yet settled (where [`AckHandle::position`] is `Some`; otherwise this
+    /// delivery alone).
+    async fn ack_up_to(&self) -> Result<(), BusError> {
+        self.ack().await
+    }
     /// Negative acknowledgement; with `requeue` the message is delivered again
     /// (on ActiveMQ together with every other delivery of its subscription
     /// not yet settled, whose handles then fail), without it it is dropped
@@ -260,6 +282,39 @@ impl Delivery {
             Some(a) => a.ack().await,
             None => Ok(()),
         }
+    }
+
+    /// Acknowledges every delivery of `all` in as few frames as the
+    /// transport allows: on AMQP one per consumer, a cumulative
+    /// acknowledgement up to the latest; elsewhere one per delivery. The
+    /// caller acknowledges each consumer's deliveries in order: every earlier
+    /// delivery of the same consumer is already acknowledged or in `all`,
+    /// and none of `all` is acknowledged twice. Returns the first failure
+    /// (the deliveries it concerns come again).
+    pub async fn ack_all(all: Vec<Delivery>) -> Result<(), BusError> {
+        let mut latest: std::collections::BTreeMap<u64, (u64, Box<dyn AckHandle>)> =
+            std::collections::BTreeMap::new();
+        let mut each = vec![];
+        for mut d in all {
+            let Some(a) = d.acker.take() else { continue };
+            match a.position() {
+                Some(p) if latest.get(&p.consumer).is_none_or(|(t, _)| *t < p.tag) => {
+                    latest.insert(p.consumer, (p.tag, a));
+                }
+                // Covered by a later one of its consumer.
+                Some(_) => {}
+                None => each.push(a),
+            }
+        }
+        let cumulative = latest
+            .into_values()
+            .map(|(_, a)| async move { a.ack_up_to().await });
+        let single = futures::future::join_all(each.iter().map(|a| a.ack()));
+        let (c, s) = futures::join!(futures::future::join_all(cumulative), single);
+        c.into_iter()
+            .chain(s)
+            .collect::<Result<Vec<()>, _>>()
+            .map(|_| ())
     }
 
     /// Rejects the delivery; with `requeue` it is delivered again (see

@@ -50,8 +50,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 pub use api::{
-    AckHandle, Bus, BusEvent, ConsumeOptions, Delivery, Durability, OutMessage, QueueSpec,
-    SharedBus, Subscription, TooLarge,
+    AckHandle, AckPosition, Bus, BusEvent, ConsumeOptions, Delivery, Durability, OutMessage,
+    QueueSpec, SharedBus, Subscription, TooLarge,
 };
 pub use backoff::Backoff;
 pub use error::BusError;

@@ -62,6 +62,12 @@ impl HandlerConfig {
         }
     }
 
+    /// Whether the handler reads the broker agent's fleet view
+    /// ([`crate::FleetView`]): only then does the agent keep one up to date.
+    pub fn reads_fleet(&self) -> bool {
+        matches!(self, HandlerConfig::HeatViaNode(_))
+    }
+
     /// The longest one create or remove call may legitimately take with these
     /// settings (the handler's own waits for a server, a volume, a stack update,
     /// a resize, a node's answer); `None` for handlers that return at once.

@@ -148,3 +148,33 @@ pub(super) async fn ack(d: Delivery) {
         tracing::warn!(error = %e, "ack failed; the message will come again");
     }
 }
+
+/// Acknowledges report batches in the order they were taken, each in as few
+/// frames as the transport allows ([`Delivery::ack_all`]): a cumulative
+/// acknowledgement must never overtake an earlier batch's, so one task
+/// sends them all, one batch after the other.
+pub(super) struct OrderedAcks {
+    tx: tokio::sync::mpsc::UnboundedSender<Vec<Delivery>>,
+}
+
+impl OrderedAcks {
+    /// The task on `tracker`; it ends with this handle.
+    pub fn start(tracker: &tokio_util::task::TaskTracker) -> Self {
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Vec<Delivery>>();
+        tracker.spawn(async move {
+            while let Some(batch) = rx.recv().await {
+                if let Err(e) = Delivery::ack_all(batch).await {
+                    tracing::warn!(error = %e, "ack failed; the messages will come again");
+                }
+            }
+        });
+        OrderedAcks { tx }
+    }
+
+    /// Queues a batch's acknowledgements (at most a prefetch's worth wait).
+    pub fn ack(&self, batch: Vec<Delivery>) {
+        if self.tx.send(batch).is_err() {
+            tracing::warn!("the ack task ended; the messages will come again");
+        }
+    }
+}

@@ -192,6 +192,8 @@ struct RunState {
     explained: crate::explain::ExplainGate,
     /// The election: leading or standing by.
     ha: ha::Ha,
+    /// Report batches' acknowledgements, in order.
+    report_acks: deliveries::OrderedAcks,
 }
 
 impl RunState {
@@ -225,6 +227,7 @@ impl RunState {
         history: Option<crate::history::Sink>,
         replay: replay::PersistedReplay,
         ha: ha::Ha,
+        report_acks: deliveries::OrderedAcks,
     ) -> Self {
         RunState {
             refused: BTreeMap::new(),
@@ -251,6 +254,7 @@ impl RunState {
             trace: None,
             explained: crate::explain::ExplainGate::default(),
             ha,
+            report_acks,
         }
     }
 }
@@ -320,7 +324,15 @@ impl Agent {
             chrono::Duration::minutes(10).max(crate::core::dur(self.cfg.keys.time_window) * 2);
         let replay = replay::PersistedReplay::open(&self.state_dir, window, now);
         let ha = ha::Ha::new(ha::timing(&self.cfg.agent), seen_epoch);
-        let mut st = RunState::new(results_tx, tokio::time::Instant::now(), history, replay, ha);
+        let acks = deliveries::OrderedAcks::start(&self.tracker);
+        let mut st = RunState::new(
+            results_tx,
+            tokio::time::Instant::now(),
+            history,
+            replay,
+            ha,
+            acks,
+        );
         st.trace = crate::trace::Recorder::open(&self.cfg.trace, &self.state_dir);
         let mut subs = Subs::default();
         self.metrics
@@ -379,7 +391,7 @@ impl Agent {
                 }
                 d = next(&mut subs.reports) => match d {
                     Some(d) => {
-                        let batch = subs.report_batch(d);
+                        let batch = subs.report_batch(d).await;
                         self.on_report_batch(core, st, batch).await?
                     }
                     None => subs.reports = None,

@@ -10,14 +10,14 @@ use gearshift_proto::msg::{Message, NodeReport};
 use gearshift_service::refusals::{admit_deliveries, admit_delivery};
 use uuid::Uuid;
 
-use super::deliveries::{Log, REPORTS, ack, after_gate};
+use super::deliveries::{Log, REPORTS, after_gate};
 use super::intake::{Peek, coalesce, peek};
 use super::{Agent, Result2, RunState};
 use crate::core::Core;
 
 impl Agent {
     /// A batch of report deliveries. Reports are soft state: every delivery
-    /// is acked, on a task of its own, once the batch's effects are applied
+    /// is acked, by the ack task, once the batch's effects are applied
     /// (superseded ones included: their survivor's effect is applied).
     pub(super) async fn on_report_batch(
         &self,
@@ -52,10 +52,9 @@ impl Agent {
             self.take_report(core, st, r, now).await?;
         }
         self.evaluate_if_due(core, st).await?;
-        // Waiting for the transport to write the acks would hold up the loop;
-        // all at once, the transport writes them together.
-        self.tracker
-            .spawn(futures::future::join_all(done.into_iter().map(ack)));
+        // Waiting for the transport to write the acks would hold up the loop:
+        // the ack task sends them (one cumulative ack on AMQP).
+        st.report_acks.ack(done);
         Ok(())
     }
 
@@ -162,12 +161,12 @@ impl Agent {
         }
     }
 
-    /// Runs the evaluation a report made due, if any.
+    /// Runs the early evaluations reports made due, if any (the periodic
+    /// evaluation of every group keeps its time).
     async fn evaluate_if_due(&self, core: &mut Core, st: &mut RunState) -> Result2<()> {
         let now = Utc::now();
         if core.evaluation_due().is_some_and(|t| now >= t) {
-            st.next_eval = tokio::time::Instant::now() + self.cfg.policy.interval;
-            self.evaluate(core, st, now).await?;
+            self.evaluate(core, st, now, false).await?;
         }
         Ok(())
     }

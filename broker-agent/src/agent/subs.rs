@@ -16,6 +16,14 @@ const EVENT_BATCH: usize = 256;
 /// and the most taken in one batch.
 const REPORT_PREFETCH: u16 = 1024;
 
+/// How long a small report batch waits for more deliveries: at a steady
+/// rate one wake-up, one batch verification and one round of acks then
+/// serve many reports instead of one each. A report waits this much at
+/// most (a crossing's decision latency includes it).
+const REPORT_LINGER: Duration = Duration::from_millis(5);
+/// A report batch this large is taken at once.
+const LINGER_BELOW: usize = 32;
+
 /// What the agent consumes; `None` until subscribed (or after the bus ended one).
 /// Only the leader consumes the shared queues (events, admin).
 #[derive(Default)]
@@ -43,9 +51,23 @@ impl Subs {
         batch_of(first, self.events.as_mut(), EVENT_BATCH)
     }
 
-    /// `first` and the reports already received (coalesced per node).
-    pub fn report_batch(&mut self, first: Delivery) -> Vec<Delivery> {
-        batch_of(first, self.reports.as_mut(), usize::from(REPORT_PREFETCH))
+    /// `first` and the reports already received (coalesced per node); a
+    /// small batch waits up to [`REPORT_LINGER`] for more.
+    pub async fn report_batch(&mut self, first: Delivery) -> Vec<Delivery> {
+        let most = usize::from(REPORT_PREFETCH);
+        let mut batch = batch_of(first, self.reports.as_mut(), most);
+        let Some(s) = self.reports.as_mut() else {
+            return batch;
+        };
+        let until = tokio::time::Instant::now() + REPORT_LINGER;
+        while batch.len() < LINGER_BELOW {
+            match tokio::time::timeout_at(until, s.next()).await {
+                Ok(Some(d)) => batch.push(d),
+                _ => return batch,
+            }
+        }
+        take_ready(&mut batch, s, most);
+        batch
     }
 }
 
@@ -53,14 +75,19 @@ impl Subs {
 fn batch_of(first: Delivery, s: Option<&mut Subscription>, most: usize) -> Vec<Delivery> {
     let mut batch = vec![first];
     if let Some(s) = s {
-        while batch.len() < most {
-            match futures::FutureExt::now_or_never(s.next()) {
-                Some(Some(d)) => batch.push(d),
-                _ => break,
-            }
-        }
+        take_ready(&mut batch, s, most);
     }
     batch
+}
+
+/// Adds what `s` already received to `batch`, up to `most` in all.
+fn take_ready(batch: &mut Vec<Delivery>, s: &mut Subscription, most: usize) {
+    while batch.len() < most {
+        match futures::FutureExt::now_or_never(s.next()) {
+            Some(Some(d)) => batch.push(d),
+            _ => break,
+        }
+    }
 }
 
 /// The next delivery of `s`, or never when it is not subscribed.

@@ -26,10 +26,11 @@ impl Agent {
             let acts = core.tick(now);
             self.apply(core, st, acts, now).await?;
         }
-        let due_early = core.evaluation_due().is_some_and(|t| now >= t);
-        if due_early || tokio::time::Instant::now() >= st.next_eval {
+        if tokio::time::Instant::now() >= st.next_eval {
             st.next_eval = tokio::time::Instant::now() + self.cfg.policy.interval;
-            self.evaluate(core, st, now).await?;
+            self.evaluate(core, st, now, true).await?;
+        } else if core.evaluation_due().is_some_and(|t| now >= t) {
+            self.evaluate(core, st, now, false).await?;
         }
         self.refresh_fleet_paced(core, st, now, tick_every);
         self.publish_status(core, st, now, true);
@@ -39,33 +40,42 @@ impl Agent {
         Ok(())
     }
 
-    /// One evaluation of every group; the decision latency runs from the
-    /// report that showed pressure to the confirmed publication of the first
-    /// decision (see `apply`).
+    /// One evaluation of every group (`full`), or the early evaluations due
+    /// (the profiles a report pushed over a threshold); the decision latency
+    /// runs from the report that showed pressure to the confirmed
+    /// publication of the first decision (see `apply`).
     pub(super) async fn evaluate(
         &self,
         core: &mut Core,
         st: &mut RunState,
         now: DateTime<Utc>,
+        full: bool,
     ) -> Result2<()> {
         if !st.ha.leading() {
             return Ok(());
         }
         st.pressure = core.take_pressure_seen();
-        let acts = core.evaluate(now);
+        let acts = if full {
+            core.evaluate(now)
+        } else {
+            core.evaluate_due(now)
+        };
         self.metrics.evaluation();
-        self.metrics.capacity(core, &acts, now);
-        let evaluated: std::collections::HashSet<GroupKey> = acts
-            .iter()
-            .filter_map(|a| match a {
-                crate::core::Action::Explain(x) => Some(GroupKey {
-                    district: x.district.clone(),
-                    profile: x.profile.clone(),
-                }),
-                _ => None,
-            })
-            .collect();
-        st.explained.retain(|g| evaluated.contains(g));
+        self.metrics.capacity(core, &acts, now, full);
+        if full {
+            // Groups gone since the last evaluation of every group.
+            let evaluated: std::collections::HashSet<GroupKey> = acts
+                .iter()
+                .filter_map(|a| match a {
+                    crate::core::Action::Explain(x) => Some(GroupKey {
+                        district: x.district.clone(),
+                        profile: x.profile.clone(),
+                    }),
+                    _ => None,
+                })
+                .collect();
+            st.explained.retain(|g| evaluated.contains(g));
+        }
         let r = self.apply(core, st, acts, now).await;
         st.pressure = None;
         r
@@ -91,6 +101,28 @@ impl Agent {
     }
 
     fn refresh_fleet(&self, core: &Core, now: DateTime<Utc>) {
+        // Only a handler that reads the fleet view needs its active nodes.
+        if core.config().handlers.values().any(|h| h.reads_fleet()) {
+            self.refresh_active(core, now);
+        }
+        // Only the placement service reads the candidates.
+        if self.placement_service && self.cfg.agent.placement_service {
+            let mut nodes = vec![];
+            for g in core.fleet().groups() {
+                nodes.extend(core.candidates(&g, "", now));
+            }
+            if let Ok(mut n) = self.fleet.nodes.write() {
+                *n = nodes;
+            }
+        }
+        if let Ok(mut c) = self.fleet.cordoned.write() {
+            *c = core.cordons().nodes().keys().cloned().collect();
+        }
+    }
+
+    /// The fleet view's active, fresh nodes of every group, fewest active
+    /// gears first.
+    fn refresh_active(&self, core: &Core, now: DateTime<Utc>) {
         let intervals = core.config().policy.stale_after_intervals;
         let mut active: BTreeMap<GroupKey, Vec<(u32, String)>> = BTreeMap::new();
         for e in core.fleet().nodes() {
@@ -110,19 +142,6 @@ impl Agent {
             .collect();
         if let Ok(mut a) = self.fleet.active.write() {
             *a = active;
-        }
-        // Only the placement service reads the candidates.
-        if self.placement_service && self.cfg.agent.placement_service {
-            let mut nodes = vec![];
-            for g in core.fleet().groups() {
-                nodes.extend(core.candidates(&g, "", now));
-            }
-            if let Ok(mut n) = self.fleet.nodes.write() {
-                *n = nodes;
-            }
-        }
-        if let Ok(mut c) = self.fleet.cordoned.write() {
-            *c = core.cordons().nodes().keys().cloned().collect();
         }
     }
 

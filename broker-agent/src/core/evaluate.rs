@@ -2,7 +2,7 @@
 //! verdicts (breaker, drain cancels, scale-ups, drains, memory,
 //! explanations).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use chrono::{DateTime, Utc};
 use gearshift_handlers::GroupKey;
@@ -17,25 +17,66 @@ use crate::policy::{self, Breaker, GroupVerdict, Memory};
 impl Core {
     /// One evaluation of every group: decisions, explanations, new sagas.
     pub fn evaluate(&mut self, now: DateTime<Utc>) -> Vec<Action> {
-        self.eval_due = None;
+        self.due.clear();
         self.forget_long_missing(now);
         self.lift_expired_pauses(now);
-        let pressured = {
+        self.evaluate_groups(None, now)
+    }
+
+    /// The early evaluations due by `now` ([`Core::evaluation_due`]): of the
+    /// groups reports pushed over a threshold, not of the whole fleet (see
+    /// [`policy::evaluate_groups`] for what it decides). Nothing when none
+    /// is due.
+    pub fn evaluate_due(&mut self, now: DateTime<Utc>) -> Vec<Action> {
+        let groups: BTreeSet<GroupKey> = self
+            .due
+            .iter()
+            .filter(|(_, t)| **t <= now)
+            .map(|(g, _)| g.clone())
+            .collect();
+        if groups.is_empty() {
+            return vec![];
+        }
+        self.due.retain(|g, _| !groups.contains(g));
+        self.lift_expired_pauses(now);
+        self.evaluate_groups(Some(&groups), now)
+    }
+
+    /// One evaluation of `only` (of every group with `None`).
+    fn evaluate_groups(
+        &mut self,
+        only: Option<&BTreeSet<GroupKey>>,
+        now: DateTime<Utc>,
+    ) -> Vec<Action> {
+        // Which of the groups evaluated are over a threshold (see `route.rs`).
+        let pressured: Vec<GroupKey> = {
             let facts = self.facts();
-            facts
-                .fleet
-                .groups()
-                .into_iter()
-                .filter(|g| policy::group_pressure(&facts, &self.cfg, g, now))
-                .collect()
+            let over = |g: &GroupKey| policy::over_threshold(&facts, &self.cfg, g, now);
+            match only {
+                Some(o) => o.iter().filter(|g| over(g)).cloned().collect(),
+                None => {
+                    let groups = facts.fleet.groups();
+                    let profiles: BTreeSet<GroupKey> = groups
+                        .iter()
+                        .map(|g| GroupKey {
+                            district: ALL.to_string(),
+                            profile: g.profile.clone(),
+                        })
+                        .collect();
+                    profiles.into_iter().chain(groups).filter(over).collect()
+                }
+            }
         };
-        self.pressured = (pressured, Some(now));
+        self.pressured
+            .retain(|g, _| only.is_some_and(|o| !o.contains(g)));
+        self.pressured
+            .extend(pressured.into_iter().map(|g| (g, now)));
         let memory = Memory {
             groups: &self.groups,
             breaker_open: self.meta.breaker_open,
             fleet_pause: self.meta.fleet_pause.as_ref(),
         };
-        let verdicts = policy::evaluate(&self.facts(), &self.cfg, &memory, now);
+        let verdicts = policy::evaluate_groups(&self.facts(), &self.cfg, &memory, now, only);
         let mut out: Vec<Action> = self.apply_breaker(verdicts.breaker).into_iter().collect();
         let mut explanations = Vec::with_capacity(verdicts.groups.len());
         for v in verdicts.groups {

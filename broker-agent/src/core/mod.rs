@@ -93,14 +93,15 @@ pub struct Core {
     pub(crate) started: DateTime<Utc>,
     pub(crate) changes: Changes,
     pub(crate) idgen: Box<dyn FnMut() -> Uuid + Send>,
-    /// When an early evaluation is due (a report pushed a group over a threshold).
-    pub(crate) eval_due: Option<DateTime<Utc>>,
+    /// The groups whose early evaluation is due, and when (a report pushed
+    /// them over a threshold): see `route.rs`.
+    pub(crate) due: BTreeMap<GroupKey, DateTime<Utc>>,
     /// When the first report since the last evaluation was consumed (decision latency).
     pub(crate) pressure_seen: Option<DateTime<Utc>>,
-    /// The groups the last evaluation found over a threshold, and when it
-    /// ran: their reports ask for an early evaluation at most every
+    /// The groups the last evaluation of each found over a threshold, and
+    /// when it ran: their reports ask for an early evaluation at most every
     /// [`REPEAT_PRESSURE`] (see `route.rs`).
-    pub(crate) pressured: (BTreeSet<GroupKey>, Option<DateTime<Utc>>),
+    pub(crate) pressured: BTreeMap<GroupKey, DateTime<Utc>>,
     /// When the last evaluation looked for nodes missing too long (see
     /// `evaluate.rs`: a scan of the whole fleet, not at every evaluation).
     pub(crate) forget_scanned: Option<DateTime<Utc>>,
@@ -138,7 +139,7 @@ impl Core {
             started: now,
             changes: Changes::default(),
             idgen: Box::new(Uuid::new_v4),
-            eval_due: None,
+            due: BTreeMap::new(),
             pressured: Default::default(),
             pressure_seen: None,
             forget_scanned: None,
@@ -181,7 +182,7 @@ impl Core {
         self.meta = Meta::default();
         self.changes = Changes::default();
         self.history.clear();
-        self.eval_due = None;
+        self.due.clear();
         self.pressure_seen = None;
         self.pressured = Default::default();
     }
@@ -293,9 +294,10 @@ impl Core {
         self.record(now, Event::Saga(step));
     }
 
-    /// When an early evaluation is due, if one is.
+    /// When an early evaluation is due, if one is (the earliest of the
+    /// groups': [`Core::evaluate_due`] runs it).
     pub fn evaluation_due(&self) -> Option<DateTime<Utc>> {
-        self.eval_due
+        self.due.values().min().copied()
     }
 
     /// Decision latency start: the first report that showed pressure since

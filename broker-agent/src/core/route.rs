@@ -60,39 +60,41 @@ impl Core {
             });
             out.extend(self.drive_down(&id, report, now));
         }
-        // Nothing this report shows can bring an evaluation already due
-        // by then any earlier.
         let react = now + super::dur(self.cfg.policy.react_delay);
-        if self.eval_due.is_none_or(|t| t > react) {
-            self.react_to_pressure(&node, now, react);
-        }
+        self.react_to_pressure(&node, now, react);
         Ok(out)
     }
 
     /// React quickly when a group goes over a scale-up threshold: an
-    /// evaluation at `react` (`react_delay` after `now`). A group the last
-    /// evaluation already found over one (its scale-up under way, or held
-    /// by a guard) asks again at most every [`REPEAT_PRESSURE`]: it was
-    /// answered, and what changes the answer (an operation ending, a
-    /// cooldown running out) does not come with its reports. Only a new
-    /// crossing starts the decision latency clock.
+    /// evaluation of it (of its profile for a profile's threshold, see
+    /// [`crate::policy::pressure_keys`]) at `react` (`react_delay` after
+    /// `now`). What the last evaluation of it already found over one (its
+    /// scale-up under way, or held by a guard) asks again at most every
+    /// [`REPEAT_PRESSURE`]: it was answered, and what changes the answer (an
+    /// operation ending, a cooldown running out) does not come with its
+    /// reports. Only a new crossing starts the decision latency clock.
     fn react_to_pressure(&mut self, node: &str, now: DateTime<Utc>, react: DateTime<Utc>) {
         let Some(g) = self.fleet.get(node).map(|e| e.group()) else {
             return;
         };
-        if !crate::policy::group_pressure(&self.facts(), &self.cfg, &g, now) {
-            return;
-        }
-        // The earliest wins: a new crossing does not wait behind a repeat
-        // already asked for (up to REPEAT_PRESSURE later).
-        let due = match &self.pressured {
-            (seen, Some(last)) if seen.contains(&g) => react.max(*last + REPEAT_PRESSURE),
-            _ => {
-                self.pressure_seen.get_or_insert(now);
-                react
+        for key in crate::policy::pressure_keys(&self.facts(), &self.cfg, &g, now) {
+            // Nothing this report shows can bring an evaluation already due
+            // by then any earlier.
+            if self.due.get(&key).is_some_and(|t| *t <= react) {
+                continue;
             }
-        };
-        self.eval_due = Some(self.eval_due.map_or(due, |t| t.min(due)));
+            // The earliest wins: a new crossing does not wait behind a
+            // repeat already asked for (up to REPEAT_PRESSURE later).
+            let due = match self.pressured.get(&key) {
+                Some(last) => react.max(*last + REPEAT_PRESSURE),
+                None => {
+                    self.pressure_seen.get_or_insert(now);
+                    react
+                }
+            };
+            let at = self.due.entry(key).or_insert(due);
+            *at = (*at).min(due);
+        }
     }
 
     /// A node's event about one of our commands (already authenticated),

@@ -1,6 +1,6 @@
 //! The coordinator as a whole: early evaluations, restarts.
 
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 
 use crate::core::testkit::*;
 
@@ -18,12 +18,14 @@ fn a_report_over_a_threshold_asks_for_an_early_evaluation() {
 /// crossing elsewhere in the meantime is not held behind that repeat.
 #[test]
 fn a_new_crossing_does_not_wait_behind_a_repeat() {
-    let mut h = H::new(cfg_with(|_| {}));
-    // The profile's threshold (80 %) decides: d1 and d2 together.
+    let mut h = H::new(cfg_with(|c| {
+        c.policy.profile_threshold = PerKey::off();
+        c.policy.district_threshold = PerKey::all(80);
+    }));
     h.node("a", "d1", 50, 100);
-    h.node("b", "d2", 80, 100);
+    h.node("b", "d2", 50, 100);
     // The last evaluation, just now, found d1 over its threshold.
-    h.core.pressured = (BTreeSet::from([g("d1", "small")]), Some(h.now));
+    h.core.pressured = BTreeMap::from([(g("d1", "small"), h.now)]);
     // d1 is still over: its next evaluation waits for the repeat.
     h.node("a", "d1", 86, 100);
     let repeat = h.now + crate::core::REPEAT_PRESSURE;
@@ -33,6 +35,68 @@ fn a_new_crossing_does_not_wait_behind_a_repeat() {
     h.node("b", "d2", 90, 100);
     assert_eq!(h.core.evaluation_due(), Some(h.now + Duration::seconds(1)));
     assert_eq!(h.core.take_pressure_seen(), Some(h.now));
+}
+
+/// A profile's threshold is the profile's business: one early evaluation
+/// of it, whichever of its groups' reports shows the crossing.
+#[test]
+fn a_profile_crossing_is_one_early_evaluation_of_the_profile() {
+    let mut h = H::new(cfg_with(|_| {}));
+    h.node("a", "d1", 50, 100);
+    h.node("b", "d2", 50, 100);
+    // Profile small at 85 %: over its 80 %; no district over its 90 %.
+    h.node("a", "d1", 85, 100);
+    h.node("b", "d2", 85, 100);
+    let profile = g(gearshift_proto::routing::ALL, "small");
+    assert_eq!(
+        h.core.due,
+        BTreeMap::from([(profile, h.now + Duration::seconds(1))])
+    );
+    h.advance(1);
+    let acts = h.core.evaluate_due(h.now);
+    // The plan's district (most free UIDs, then the first) gets the node.
+    assert_eq!(kinds(&acts), [DecisionKind::ScaleUp]);
+    assert_eq!(h.core.evaluation_due(), None);
+}
+
+/// An early evaluation covers only the profiles that reports pushed over a
+/// threshold, and decides for them what an evaluation of every group would.
+#[test]
+fn an_early_evaluation_covers_only_the_groups_over_a_threshold() {
+    let fleet = |h: &mut H| {
+        h.report(rep("a", "d1", "small", 100, 50, 0));
+        h.report(rep("b", "d1", "large", 100, 50, 0));
+        h.report(rep("b", "d1", "large", 100, 90, 0));
+    };
+    let mut early = H::new(cfg_with(|_| {}));
+    fleet(&mut early);
+    let due = early.now + Duration::seconds(1);
+    assert_eq!(early.core.evaluation_due(), Some(due));
+    assert!(early.core.evaluate_due(early.now).is_empty(), "not due yet");
+    early.now = due;
+    let acts = early.core.evaluate_due(due);
+    let explained: Vec<String> = acts
+        .iter()
+        .filter_map(|a| match a {
+            Action::Explain(x) => Some(format!("{}/{}", x.district, x.profile)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(explained, ["d1/large"]);
+    assert_eq!(early.core.evaluation_due(), None);
+    // The same decisions as an evaluation of every group at that instant.
+    let mut all = H::new(cfg_with(|_| {}));
+    fleet(&mut all);
+    all.now = due;
+    let full = all.eval();
+    assert_eq!(decisions(&acts), decisions(&full));
+    assert_eq!(kinds(&acts), [DecisionKind::ScaleUp]);
+    // The profile was answered: it asks again only after REPEAT_PRESSURE.
+    early.report(rep("b", "d1", "large", 100, 91, 0));
+    assert_eq!(
+        early.core.evaluation_due(),
+        Some(due + crate::core::REPEAT_PRESSURE)
+    );
 }
 
 #[test]

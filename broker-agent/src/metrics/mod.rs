@@ -326,8 +326,15 @@ impl Metrics {
     }
 
     /// Sets the capacity gauges from one evaluation's explanations (one per
-    /// group); groups no longer evaluated lose their series.
-    pub fn capacity(&self, core: &Core, acts: &[crate::core::Action], now: DateTime<Utc>) {
+    /// group evaluated); after an evaluation of every group (`full`), groups
+    /// no longer evaluated lose their series.
+    pub fn capacity(
+        &self,
+        core: &Core,
+        acts: &[crate::core::Action],
+        now: DateTime<Utc>,
+        full: bool,
+    ) {
         let breaker = core.meta().breaker_open;
         let mut profiles: BTreeMap<String, (GroupStats, bool)> = BTreeMap::new();
         let mut seen = BTreeSet::new();
@@ -352,7 +359,10 @@ impl Metrics {
             self.capacity.set(ALL, &profile, &stats, breaker, paused);
             seen.insert((ALL.to_string(), profile));
         }
-        self.capacity.forget_others(seen);
+        // Only an evaluation of every group knows which groups are gone.
+        if full {
+            self.capacity.forget_others(seen);
+        }
     }
 
     /// Refreshes the gauges from the core.

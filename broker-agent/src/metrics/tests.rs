@@ -20,7 +20,7 @@ fn capacity_gauges_follow_each_evaluation() {
     h.node("c", "d2", 10, 100);
     let m = Metrics::new();
     let acts = h.eval();
-    m.capacity(&h.core, &acts, h.now);
+    m.capacity(&h.core, &acts, h.now, true);
     let text = scrape(&m);
     for line in [
         r#"gearshift_broker_usage_ratio{district="d1",profile="small"} 0.4"#,
@@ -48,7 +48,7 @@ fn capacity_gauges_follow_each_evaluation() {
     );
     h.core.fleet.forget("c");
     let acts = h.eval();
-    m.capacity(&h.core, &acts, h.now);
+    m.capacity(&h.core, &acts, h.now, true);
     let text = scrape(&m);
     assert!(text.contains(r#"gearshift_broker_paused{district="d1",profile="small"} 1"#));
     assert!(!text.contains(r#"district="d2""#), "{text}");
@@ -62,7 +62,7 @@ fn the_alert_rules_use_metrics_that_exist() {
     h.node("a", "d1", 60, 100);
     let m = Metrics::new();
     let acts = h.eval();
-    m.capacity(&h.core, &acts, h.now);
+    m.capacity(&h.core, &acts, h.now, true);
     m.decision("scale_up");
     h.core.group_mut(&g("d1", "small")).supply.exhausted = None;
     m.refresh(&h.core);

@@ -40,7 +40,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use chrono::{DateTime, Duration, Utc};
 use gearshift_handlers::GroupKey;
 use gearshift_proto::msg::{Explanation, Outcome, Reason};
-use gearshift_proto::routing::NO_DISTRICT;
+use gearshift_proto::routing::{ALL, NO_DISTRICT};
 use serde::{Deserialize, Serialize};
 
 use crate::config::BrokerConfig;
@@ -157,6 +157,25 @@ pub fn evaluate(
     memory: &Memory<'_>,
     now: DateTime<Utc>,
 ) -> Verdicts {
+    evaluate_groups(facts, cfg, memory, now, None)
+}
+
+/// An early evaluation of `only` (every group with `None`; a key of
+/// district [`ALL`] stands for its profile, see [`pressure_keys`]): what
+/// [`evaluate`] decides for those groups, and for the groups of their
+/// profiles that the profiles' plans give a scale-up or a drain cancel. A group's
+/// verdict reads its own profile's groups (their facts, always all of
+/// them), the fleet-wide guards (the breaker, the operations in flight) and
+/// the drains this evaluation already started. The groups left out are
+/// decided at the next evaluation of every group: only a scale-down, which
+/// no report hurries, can wait for it. Changes nothing.
+pub fn evaluate_groups(
+    facts: &Facts<'_>,
+    cfg: &BrokerConfig,
+    memory: &Memory<'_>,
+    now: DateTime<Utc>,
+    only: Option<&BTreeSet<GroupKey>>,
+) -> Verdicts {
     let removing = facts.removing();
     let breaker = breaker(facts, cfg, &removing, now);
     let common = vec![reason("breaker", !breaker.open, breaker.detail.clone()), {
@@ -176,6 +195,10 @@ pub fn evaluate(
         .filter(|k| k.district != NO_DISTRICT)
         .map(|k| k.profile.clone())
         .collect();
+    if let Some(only) = only {
+        let profiles: BTreeSet<&String> = only.iter().map(|g| &g.profile).collect();
+        keys.retain(|k| profiles.contains(&k.profile));
+    }
     let mut ops_by_group: BTreeMap<GroupKey, Vec<&crate::ops::Op>> = BTreeMap::new();
     for op in facts.ops.in_flight() {
         ops_by_group.entry(op.group.clone()).or_default().push(op);
@@ -197,7 +220,15 @@ pub fn evaluate(
     let profiles = ev.profile_plans(&all);
     let mut fleet_draining = facts.ops.in_flight().filter(|o| o.down().is_some()).count() as u32;
     let mut groups = Vec::with_capacity(all.len());
-    for f in all.values() {
+    let wanted = |k: &GroupKey| {
+        only.is_none_or(|o| {
+            o.contains(k)
+                || profiles
+                    .get(&k.profile)
+                    .is_some_and(|pp| pp.assign.contains_key(k) || pp.cancels.contains_key(k))
+        })
+    };
+    for f in all.values().filter(|f| wanted(&f.key)) {
         let v = ev.group_verdict(f, &profiles, fleet_draining);
         if v.drain.is_some() {
             fleet_draining += 1;
@@ -223,17 +254,51 @@ pub fn group_pressure(
     g: &GroupKey,
     now: DateTime<Utc>,
 ) -> bool {
+    !pressure_keys(facts, cfg, g, now).is_empty()
+}
+
+/// What group `g` is over, as the keys an early evaluation takes: its
+/// profile's thresholds (`PROFILE_THRESHOLD`, `GEAR_UP_THRESHOLD`) as the
+/// profile's key (district [`ALL`]: every group of the profile shares
+/// them), its own district's (`DISTRICT_THRESHOLD`) as its own key.
+pub fn pressure_keys(
+    facts: &Facts<'_>,
+    cfg: &BrokerConfig,
+    g: &GroupKey,
+    now: DateTime<Utc>,
+) -> Vec<GroupKey> {
+    let profile = GroupKey {
+        district: ALL.to_string(),
+        profile: g.profile.clone(),
+    };
+    [profile, g.clone()]
+        .into_iter()
+        .filter(|k| over_threshold(facts, cfg, k, now))
+        .collect()
+}
+
+/// Whether `key` is over a scale-up threshold: a profile's key (district
+/// [`ALL`]) its profile's thresholds, a group's its district's.
+pub fn over_threshold(
+    facts: &Facts<'_>,
+    cfg: &BrokerConfig,
+    key: &GroupKey,
+    now: DateTime<Utc>,
+) -> bool {
     let p = &cfg.policy;
-    let gs = facts.group_stats(g, now);
-    let ps = facts.profile_stats(&g.profile, now);
     let over = |th: Option<u32>, u: f64| th.is_some_and(|t| u >= f64::from(t));
+    if key.district == ALL {
+        let ps = facts.profile_stats(&key.profile, now);
+        return over(p.profile_threshold.for_profile(&key.profile), ps.usage_pct)
+            || p.gear_up_threshold
+                .for_profile(&key.profile)
+                .is_some_and(|t| ps.effective_available_gears < t);
+    }
+    let gs = facts.group_stats(key, now);
     over(
-        p.district_threshold.get(&g.district, &g.profile),
+        p.district_threshold.get(&key.district, &key.profile),
         gs.usage_pct,
-    ) || over(p.profile_threshold.for_profile(&g.profile), ps.usage_pct)
-        || p.gear_up_threshold
-            .for_profile(&g.profile)
-            .is_some_and(|t| ps.effective_available_gears < t)
+    )
 }
 
 /// `percent` of `nodes`, at least 1.

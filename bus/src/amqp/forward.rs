@@ -26,11 +26,14 @@ use tokio_util::sync::CancellationToken;
 use super::Shared;
 use super::link::{Link, map_error};
 use super::topology::MAX_PAYLOAD;
-use crate::api::{AckHandle, Delivery, TooLarge};
+use crate::api::{AckHandle, AckPosition, Delivery, TooLarge};
 use crate::error::BusError;
 
 /// Moves deliveries of one lapin consumer into a subscription's channel until
 /// the consumer ends (connection lost, cancelled) or the subscription is dropped.
+/// Ids of consumers (see [`AckPosition::consumer`]).
+static NEXT_CONSUMER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
 pub(super) struct Forwarder {
     pub shared: Weak<Shared>,
     pub link: Arc<Link>,
@@ -48,6 +51,8 @@ impl Forwarder {
     pub async fn run(self, mut consumer: Consumer) {
         let _ended = self.ended.clone().drop_guard();
         let queue = consumer.queue().to_string();
+        // One channel per consumer: its delivery tags order its deliveries.
+        let consumer_id = NEXT_CONSUMER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         // Runs until lapin ends the stream (it does when the connection or channel
         // is lost, after the deliveries it already received).
         let ended = loop {
@@ -60,7 +65,7 @@ impl Forwarder {
                 Some(Err(e)) => break e.to_string(),
                 None => break "consumer cancelled".to_string(),
             };
-            if !self.forward(&queue, d).await {
+            if !self.forward(&queue, consumer_id, d).await {
                 return;
             }
         };
@@ -76,7 +81,7 @@ impl Forwarder {
     }
 
     /// Hands one delivery on; `false` once the subscription is gone.
-    async fn forward(&self, queue: &str, d: LapinDelivery) -> bool {
+    async fn forward(&self, queue: &str, consumer: u64, d: LapinDelivery) -> bool {
         if d.data.len() > MAX_PAYLOAD {
             return self.drop_oversized(queue, d).await;
         }
@@ -84,6 +89,10 @@ impl Forwarder {
         let acker: Option<Box<dyn AckHandle>> = self.manual_ack.then(|| {
             Box::new(AmqpAck {
                 acker: d.acker.clone(),
+                position: AckPosition {
+                    consumer,
+                    tag: d.delivery_tag,
+                },
                 op_timeout: self.op_timeout,
                 endpoint: self.link.endpoint.clone(),
             }) as Box<dyn AckHandle>
@@ -169,6 +178,8 @@ fn property_headers(p: &BasicProperties) -> Vec<(String, String)> {
 /// Acknowledges one AMQP delivery.
 struct AmqpAck {
     acker: lapin::Acker,
+    /// Its consumer's (channel's) id and its delivery tag.
+    position: AckPosition,
     op_timeout: Duration,
     endpoint: String,
 }
@@ -201,6 +212,15 @@ impl AmqpAck {
 impl AckHandle for AmqpAck {
     async fn ack(&self) -> Result<(), BusError> {
         self.settle("ack", self.acker.ack(BasicAckOptions::default()))
+            .await
+    }
+
+    fn position(&self) -> Option<AckPosition> {
+        Some(self.position)
+    }
+
+    async fn ack_up_to(&self) -> Result<(), BusError> {
+        self.settle("ack", self.acker.ack(BasicAckOptions { multiple: true }))
             .await
     }
 

@@ -82,6 +82,12 @@ pub struct BenchArgs {
     /// share at that rate. No drain phase and no real node in this mode.
     #[arg(long, value_parser = humantime::parse_duration)]
     pub rate_interval: Option<Duration>,
+    /// The broker agent's `policy.interval` (its periodic evaluation of
+    /// every group; a threshold crossing is evaluated at once whatever it
+    /// is). Default: 1 s in the flood mode, the agent's own default (60 s)
+    /// at a realistic rate.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub policy_interval: Option<Duration>,
     /// Publishers per connection while flooding.
     #[arg(long, default_value_t = 64)]
     pub publishers: usize,
@@ -133,6 +139,8 @@ pub struct BenchReport {
     pub mode: String,
     /// The report interval of the realistic-rate mode, s.
     pub rate_interval_s: Option<f64>,
+    /// The broker agent's `policy.interval`, s.
+    pub policy_interval_s: f64,
     /// Reports per second the broker agent handled in the ingest window:
     /// accepted, or superseded by a newer one of the same node in the same
     /// batch (dropped unverified).

@@ -150,6 +150,18 @@ pub(super) async fn run_in(
 }
 
 /// The lite fleet's shape for `args`.
+/// `--policy-interval`, or at a realistic rate the agent's own default (the
+/// flood keeps [`process_config`]'s 1 s).
+fn policy_interval(args: &BenchArgs) -> Option<Duration> {
+    args.policy_interval.or_else(|| {
+        args.rate_interval.map(|_| {
+            gearshift_broker::config::BrokerConfig::defaults()
+                .policy
+                .interval
+        })
+    })
+}
+
 fn lite_spec(args: &BenchArgs, tag: &str) -> LiteSpec {
     LiteSpec {
         nodes: args.nodes,
@@ -179,7 +191,10 @@ impl Bench {
         let real_name = format!("{tag}-real");
         keys.trust_node(&real_name, &real_key)?;
         let port = metrics::free_port()?;
-        let cfg = process_config(&args.bus, dir, &keys, &tag, port);
+        let mut cfg = process_config(&args.bus, dir, &keys, &tag, port);
+        if let Some(every) = policy_interval(&args) {
+            cfg.policy.interval = every;
+        }
         let buses = bus::connect_many(&args.bus, args.connections, "gearshift-sim bench").await?;
         let control = bus::connect(&args.bus, "gearshift-sim bench control 0").await?;
         let fleet = LiteFleet::new(spec.clone(), buses, keys.broker_only());
@@ -540,6 +555,7 @@ fn report(
             "flood".into()
         },
         rate_interval_s: b.args.rate_interval.map(|d| d.as_secs_f64()),
+        policy_interval_s: b.broker.cfg.policy.interval.as_secs_f64(),
         superseded_per_s: round1(i.superseded_per_s),
         nodes: b.spec.nodes,
         districts: b.districts.len(),

@@ -93,8 +93,10 @@ pub fn replay<E: std::fmt::Display>(
         }
         let acts = run.core.tick(now);
         run.apply(acts, now);
-        if now >= run.next_eval || run.core.evaluation_due().is_some_and(|t| now >= t) {
-            run.evaluate(now);
+        if now >= run.next_eval {
+            run.evaluate(now, true);
+        } else if run.core.evaluation_due().is_some_and(|t| now >= t) {
+            run.evaluate(now, false);
         }
         let ended = trace.peek().is_none();
         if ended && (now >= last + opts.settle || run.core.ops().all(|o| o.is_done())) {
@@ -198,14 +200,20 @@ impl Run {
             Err(_) => self.out.refused += 1,
         }
         if self.core.evaluation_due().is_some_and(|t| now >= t) {
-            self.evaluate(now);
+            self.evaluate(now, false);
         }
     }
 
-    fn evaluate(&mut self, now: DateTime<Utc>) {
-        self.next_eval = now + self.interval;
+    /// The periodic evaluation of every group (`full`), or the early ones
+    /// due, as the agent runs them.
+    fn evaluate(&mut self, now: DateTime<Utc>, full: bool) {
         self.out.evaluations += 1;
-        let acts = self.core.evaluate(now);
+        let acts = if full {
+            self.next_eval = now + self.interval;
+            self.core.evaluate(now)
+        } else {
+            self.core.evaluate_due(now)
+        };
         self.apply(acts, now);
         for g in self.core.fleet().groups() {
             let s = self.core.group_stats(&g, now);

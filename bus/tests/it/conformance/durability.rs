@@ -3,7 +3,7 @@
 
 use std::collections::BTreeSet;
 
-use gearshift_bus::{ConsumeOptions, OutMessage, QueueSpec};
+use gearshift_bus::{ConsumeOptions, Delivery, OutMessage, QueueSpec};
 
 use super::cases::{assert_quiet, cleanup, recv, text};
 use super::harness::Harness;
@@ -50,6 +50,42 @@ pub async fn requeue_and_the_other_unsettled_deliveries(h: &dyn Harness) {
     }
     assert_quiet(&mut sub).await;
     drop(sub);
+    bus.close().await;
+}
+
+/// `Delivery::ack_all` (one cumulative ack per consumer on AMQP) settles
+/// exactly the deliveries it is given, in whatever order they are listed:
+/// the later ones, unsettled when the consumer goes away, come again.
+pub async fn ack_all_settles_its_batch_and_nothing_after_it(h: &dyn Harness) {
+    let t = uniq();
+    let spec = QueueSpec::durable(format!("gearshift.test.{t}"), vec![format!("{t}.r")]);
+    let bus = h.bus("ack-all").await;
+    let mut sub = bus.consume(&spec, ConsumeOptions::default()).await.unwrap();
+    for m in ["one", "two", "three", "four", "five"] {
+        bus.publish(OutMessage::new(format!("{t}.r"), m))
+            .await
+            .unwrap();
+    }
+    let mut got = vec![];
+    for _ in 0..5 {
+        got.push(recv(&mut sub).await);
+    }
+    let mut rest = got.split_off(3);
+    // The first batch listed latest first, the second of one delivery.
+    got.reverse();
+    Delivery::ack_all(got).await.unwrap();
+    Delivery::ack_all(vec![rest.remove(0)]).await.unwrap();
+    // "five" is held, unsettled, when the consumer goes away.
+    drop(sub);
+    drop(rest);
+    let mut sub = bus.consume(&spec, ConsumeOptions::default()).await.unwrap();
+    let again = recv(&mut sub).await;
+    assert_eq!(text(&again), "five");
+    assert!(again.redelivered, "{again:?}");
+    Delivery::ack_all(vec![again]).await.unwrap();
+    assert_quiet(&mut sub).await;
+    drop(sub);
+    cleanup(&*bus, &spec).await;
     bus.close().await;
 }
 

@@ -39,6 +39,10 @@ macro_rules! conformance {
                 cases::nack_redelivers(&$harness).await;
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn ack_all_settles_its_batch_and_nothing_after_it() {
+                durability::ack_all_settles_its_batch_and_nothing_after_it(&$harness).await;
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn requeue_and_the_other_unsettled_deliveries() {
                 durability::requeue_and_the_other_unsettled_deliveries(&$harness).await;
             }
