@@ -41,7 +41,7 @@ impl Agent {
     }
 
     /// One evaluation of every group (`full`), or the early evaluations due
-    /// (the profiles a report pushed over a threshold); the decision latency
+    /// (what reports pushed over a threshold); the decision latency
     /// runs from the report that showed pressure to the confirmed
     /// publication of the first decision (see `apply`).
     pub(super) async fn evaluate(

@@ -58,10 +58,7 @@ impl Core {
                     let groups = facts.fleet.groups();
                     let profiles: BTreeSet<GroupKey> = groups
                         .iter()
-                        .map(|g| GroupKey {
-                            district: ALL.to_string(),
-                            profile: g.profile.clone(),
-                        })
+                        .map(|g| policy::profile_key(&g.profile))
                         .collect();
                     profiles.into_iter().chain(groups).filter(over).collect()
                 }

@@ -60,24 +60,24 @@ impl Core {
             });
             out.extend(self.drive_down(&id, report, now));
         }
-        let react = now + super::dur(self.cfg.policy.react_delay);
-        self.react_to_pressure(&node, now, react);
+        self.react_to_pressure(&node, now);
         Ok(out)
     }
 
     /// React quickly when a group goes over a scale-up threshold: an
     /// evaluation of it (of its profile for a profile's threshold, see
-    /// [`crate::policy::pressure_keys`]) at `react` (`react_delay` after
-    /// `now`). What the last evaluation of it already found over one (its
+    /// [`crate::policy::pressure_keys`]) `react_delay` after `now`. What
+    /// the last evaluation of it already found over one (its
     /// scale-up under way, or held by a guard) asks again at most every
     /// [`REPEAT_PRESSURE`]: it was answered, and what changes the answer (an
     /// operation ending, a cooldown running out) does not come with its
     /// reports. Only a new crossing starts the decision latency clock.
-    fn react_to_pressure(&mut self, node: &str, now: DateTime<Utc>, react: DateTime<Utc>) {
+    fn react_to_pressure(&mut self, node: &str, now: DateTime<Utc>) {
         let Some(g) = self.fleet.get(node).map(|e| e.group()) else {
             return;
         };
-        for key in crate::policy::pressure_keys(&self.facts(), &self.cfg, &g, now) {
+        let react = now + super::dur(self.cfg.policy.react_delay);
+        for key in crate::policy::pressure_keys(&self.facts(), &self.cfg, g, now) {
             // Nothing this report shows can bring an evaluation already due
             // by then any earlier.
             if self.due.get(&key).is_some_and(|t| *t <= react) {

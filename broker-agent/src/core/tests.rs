@@ -47,7 +47,7 @@ fn a_profile_crossing_is_one_early_evaluation_of_the_profile() {
     // Profile small at 85 %: over its 80 %; no district over its 90 %.
     h.node("a", "d1", 85, 100);
     h.node("b", "d2", 85, 100);
-    let profile = g(gearshift_proto::routing::ALL, "small");
+    let profile = crate::policy::profile_key("small");
     assert_eq!(
         h.core.due,
         BTreeMap::from([(profile, h.now + Duration::seconds(1))])
@@ -59,7 +59,7 @@ fn a_profile_crossing_is_one_early_evaluation_of_the_profile() {
     assert_eq!(h.core.evaluation_due(), None);
 }
 
-/// An early evaluation covers only the profiles that reports pushed over a
+/// An early evaluation covers only the groups that reports pushed over a
 /// threshold, and decides for them what an evaluation of every group would.
 #[test]
 fn an_early_evaluation_covers_only_the_groups_over_a_threshold() {

@@ -238,25 +238,6 @@ pub fn evaluate_groups(
     Verdicts { breaker, groups }
 }
 
-/// Whether `node`'s group (or profile) is over a scale-up threshold: a report
-/// that shows it asks for an early evaluation.
-pub fn pressure_on(facts: &Facts<'_>, cfg: &BrokerConfig, node: &str, now: DateTime<Utc>) -> bool {
-    facts
-        .fleet
-        .get(node)
-        .is_some_and(|e| group_pressure(facts, cfg, &e.group(), now))
-}
-
-/// Whether group `g` (or its profile) is over a scale-up threshold.
-pub fn group_pressure(
-    facts: &Facts<'_>,
-    cfg: &BrokerConfig,
-    g: &GroupKey,
-    now: DateTime<Utc>,
-) -> bool {
-    !pressure_keys(facts, cfg, g, now).is_empty()
-}
-
 /// What group `g` is over, as the keys an early evaluation takes: its
 /// profile's thresholds (`PROFILE_THRESHOLD`, `GEAR_UP_THRESHOLD`) as the
 /// profile's key (district [`ALL`]: every group of the profile shares
@@ -264,17 +245,21 @@ pub fn group_pressure(
 pub fn pressure_keys(
     facts: &Facts<'_>,
     cfg: &BrokerConfig,
-    g: &GroupKey,
+    g: GroupKey,
     now: DateTime<Utc>,
 ) -> Vec<GroupKey> {
-    let profile = GroupKey {
-        district: ALL.to_string(),
-        profile: g.profile.clone(),
-    };
-    [profile, g.clone()]
+    [profile_key(&g.profile), g]
         .into_iter()
         .filter(|k| over_threshold(facts, cfg, k, now))
         .collect()
+}
+
+/// The key that stands for `profile` as a whole (district [`ALL`]).
+pub fn profile_key(profile: &str) -> GroupKey {
+    GroupKey {
+        district: ALL.to_string(),
+        profile: profile.to_string(),
+    }
 }
 
 /// Whether `key` is over a scale-up threshold: a profile's key (district

@@ -149,7 +149,6 @@ pub(super) async fn run_in(
     Ok(r)
 }
 
-/// The lite fleet's shape for `args`.
 /// `--policy-interval`, or at a realistic rate the agent's own default (the
 /// flood keeps [`process_config`]'s 1 s).
 fn policy_interval(args: &BenchArgs) -> Option<Duration> {
@@ -162,6 +161,7 @@ fn policy_interval(args: &BenchArgs) -> Option<Duration> {
     })
 }
 
+/// The lite fleet's shape for `args`.
 fn lite_spec(args: &BenchArgs, tag: &str) -> LiteSpec {
     LiteSpec {
         nodes: args.nodes,
