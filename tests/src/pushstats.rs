@@ -135,6 +135,7 @@ impl Moto {
             .expect("start moto (python -m moto.server); run scripts/test-deps");
         let endpoint = format!("http://127.0.0.1:{port}");
         let deadline = tokio::time::Instant::now() + START_TIMEOUT;
+        gearshift_cloud::http::install_tls_provider();
         let http = reqwest::Client::new();
         loop {
             if let Ok(Some(status)) = child.try_wait() {

@@ -390,7 +390,13 @@ fn policy(cx: Cx<'_>) -> TimePolicy {
 fn republish(env: &Envelope, tag: Tag, entry: Option<JournalEntry>, out: &mut Vec<Action>) {
     tracing::info!(id = %env.id, kind = %env.kind(), "redelivered command already done: publishing its result again");
     if let Some(s) = entry.and_then(|e| e.result) {
-        match Kind::parse(&s.kind).and_then(|k| Message::from_parts(k, s.body)) {
+        let body = s.body.to_value().map_err(|e| e.to_string());
+        let msg = body.and_then(|b| {
+            Kind::parse(&s.kind)
+                .and_then(|k| Message::from_parts(k, b))
+                .map_err(|e| e.to_string())
+        });
+        match msg {
             Ok(msg) => out.push(event(msg, env.corr.as_deref())),
             Err(e) => tracing::error!(error = %e, "stored result unreadable"),
         }

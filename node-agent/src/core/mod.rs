@@ -62,7 +62,7 @@ use uuid::Uuid;
 use crate::evacuate::plan::Plan;
 use crate::heat::{SignalError, SignalOutcome};
 use crate::runtime::MoveOutcome;
-use crate::state::journal::{Journal, JournalEntry, StoredEvent};
+use crate::state::journal::{Journal, JournalEntry, StoredBody, StoredEvent};
 
 pub use evacuation::Evac;
 pub use refusals::{ANSWER_BURST, ANSWER_WINDOW};
@@ -582,9 +582,14 @@ fn outcome(msg: &Message) -> &'static str {
 
 /// The journal's copy of a terminal event.
 fn stored(msg: &Message) -> StoredEvent {
+    // Text written from the typed body: it is valid JSON by construction.
+    let body = StoredBody::new(msg.body_json()).unwrap_or_else(|e| {
+        tracing::error!(error = %e, kind = %msg.kind(), "result not kept for re-publication");
+        StoredBody::null()
+    });
     StoredEvent {
         kind: msg.kind().as_str().to_string(),
-        body: msg.body_value(),
+        body,
     }
 }
 

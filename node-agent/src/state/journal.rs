@@ -28,6 +28,7 @@ use std::path::{Path, PathBuf};
 
 use chrono::{DateTime, Duration, Utc};
 use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 use uuid::Uuid;
 
 use super::{StateDir, StateError, list_json, read_json};
@@ -51,7 +52,43 @@ pub struct StoredEvent {
     /// `event.done` or `event.failed`.
     pub kind: String,
     /// The event body.
-    pub body: serde_json::Value,
+    pub body: StoredBody,
+}
+
+/// An event body kept as its JSON text. A finished entry stays in memory for
+/// the whole retention window, and the tree of a 100-gear evacuation result
+/// takes several times the bytes of its text (about 63 KB against 9 KB).
+/// On disk it is the body itself, as any JSON value was before.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct StoredBody(Box<RawValue>);
+
+impl StoredBody {
+    /// The body in `json` (checked to be one JSON value).
+    pub fn new(json: String) -> Result<StoredBody, serde_json::Error> {
+        RawValue::from_string(json).map(StoredBody)
+    }
+
+    /// `null`: what is kept when a body could not be.
+    pub fn null() -> StoredBody {
+        StoredBody(RawValue::NULL.to_owned())
+    }
+
+    /// The JSON text.
+    pub fn json(&self) -> &str {
+        self.0.get()
+    }
+
+    /// The body as a JSON value, to rebuild the typed message.
+    pub fn to_value(&self) -> Result<serde_json::Value, serde_json::Error> {
+        serde_json::from_str(self.0.get())
+    }
+}
+
+impl PartialEq for StoredBody {
+    fn eq(&self, other: &StoredBody) -> bool {
+        self.json() == other.json()
+    }
 }
 
 /// One accepted command.
@@ -328,7 +365,7 @@ mod tests {
     fn done() -> StoredEvent {
         StoredEvent {
             kind: "event.done".into(),
-            body: serde_json::json!({"x": 1}),
+            body: StoredBody::new(r#"{"x":1}"#.into()).unwrap(),
         }
     }
 
@@ -362,6 +399,47 @@ mod tests {
         assert_eq!(j.seen(&Uuid::new_v4()), Seen::New);
         assert_eq!(j.get(&a.id).unwrap().result, Some(done()));
         assert_eq!(j.running().len(), 1);
+    }
+
+    #[test]
+    fn a_result_is_kept_as_its_text_and_a_tree_on_disk_still_loads() {
+        let d = tempfile::tempdir().unwrap();
+        let s = StateDir::open(d.path(), true).unwrap();
+        let files = JournalFiles::new(&s);
+        let text = r#"{"results":[{"gear":"g1","outcome":"moved"}],"moved":1}"#;
+        let mut e = entry(Utc::now(), "cmd.evacuate");
+        e.status = EntryStatus::Finished;
+        e.result = Some(StoredEvent {
+            kind: "event.done".into(),
+            body: StoredBody::new(text.into()).unwrap(),
+        });
+        files.write(&e).unwrap();
+        let on_disk: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(files.path(&e.id)).unwrap()).unwrap();
+        assert_eq!(
+            on_disk["result"]["body"],
+            serde_json::from_str::<serde_json::Value>(text).unwrap(),
+            "the body is embedded as JSON, not as a string"
+        );
+        // An entry whose body was written as an indented tree, keys in
+        // another order, as any JSON writer may: read back whole.
+        let mut tree = serde_json::to_value(&e).unwrap();
+        tree["result"]["body"] =
+            serde_json::json!({"moved": 1, "results": [{"outcome": "moved", "gear": "g1"}]});
+        std::fs::write(
+            files.path(&e.id),
+            serde_json::to_string_pretty(&tree).unwrap(),
+        )
+        .unwrap();
+        let (j, warnings) = files.load().unwrap();
+        assert!(warnings.is_empty(), "{warnings:?}");
+        let body = &j.get(&e.id).unwrap().result.as_ref().unwrap().body;
+        assert_eq!(
+            body.to_value().unwrap(),
+            serde_json::from_str::<serde_json::Value>(text).unwrap()
+        );
+        assert!(StoredBody::new("{not json".into()).is_err());
+        assert_eq!(StoredBody::null().json(), "null");
     }
 
     #[test]

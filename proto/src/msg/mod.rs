@@ -124,6 +124,13 @@ macro_rules! kinds {
                 match self { $(Message::$variant(b) => to_value(b),)+ }
             }
 
+            /// The body as compact JSON text, written straight from the typed
+            /// body (no tree in between; keys in declaration order, so this is
+            /// not the signed canonical form).
+            pub fn body_json(&self) -> String {
+                match self { $(Message::$variant(b) => to_json(b),)+ }
+            }
+
             /// Builds a typed message from a kind and a JSON body.
             pub fn from_parts(kind: Kind, body: Value) -> Result<Message, ProtoError> {
                 match kind { $(Kind::$variant => from_value::<$body>(kind, body).map(Message::$variant),)+ }
@@ -216,6 +223,11 @@ fn to_value<T: Serialize>(b: &T) -> Value {
     // Bodies are plain data (strings, integers, finite floats, maps with string
     // keys), for which serde_json serialization cannot fail.
     serde_json::to_value(b).unwrap_or(Value::Null)
+}
+
+fn to_json<T: Serialize>(b: &T) -> String {
+    // As `to_value`: plain data, so serialization cannot fail.
+    serde_json::to_string(b).unwrap_or_else(|_| "null".into())
 }
 
 fn from_value<T: DeserializeOwned + Serialize + Validate>(

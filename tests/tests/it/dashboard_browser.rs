@@ -362,6 +362,7 @@ async fn check_screenshot(page: &str, profile: &Path) {
 
 /// `/metrics` and `/api/dashboard` on the same listener.
 async fn check_metrics_and_api(addr: &str) {
+    gearshift_cloud::http::install_tls_provider();
     let text = reqwest::get(format!("http://{addr}/metrics"))
         .await
         .unwrap()

@@ -34,6 +34,7 @@ async fn clouds(dir: &Path) -> (Arc<FakeOpenStack>, FakeGnocchi, String) {
 }
 
 async fn scrape(addr: &str) -> String {
+    gearshift_cloud::http::install_tls_provider();
     let deadline = tokio::time::Instant::now() + WAIT;
     loop {
         if let Ok(r) = reqwest::get(format!("http://{addr}/metrics")).await

@@ -75,19 +75,30 @@ pub(super) fn hash_file(
     cancel: &CancellationToken,
 ) -> Result<(u64, String), RuntimeError> {
     let mut f = File::open(path).map_err(|e| io(path, e))?;
-    read_hashing(&mut f, path, cancel, |_| Ok(()))
+    let len = f.metadata().map_err(|e| io(path, e))?.len();
+    read_hashing(&mut f, len, path, cancel, |_| Ok(()))
 }
 
-/// Reads `r` (the file at `path`) to its end in chunks, hashing them and
-/// handing each to `each`; stops at a cancellation. (size, SHA-256 hex)
-fn read_hashing(
+/// The read buffer for a file of `len` bytes: room for all of it and the
+/// read that finds its end, at least a page, at most [`CHUNK`]. Most files
+/// of a gear are small, and each parallel move holds a buffer.
+pub(super) fn buffer_for(len: u64) -> Vec<u8> {
+    let size = usize::try_from(len.saturating_add(1)).unwrap_or(CHUNK);
+    vec![0u8; size.clamp(4096, CHUNK)]
+}
+
+/// Reads `r` (the file at `path`, `len` bytes when opened) to its end in
+/// chunks, hashing them and handing each to `each`; stops at a
+/// cancellation. (size, SHA-256 hex)
+pub(super) fn read_hashing(
     r: &mut File,
+    len: u64,
     path: &Path,
     cancel: &CancellationToken,
     mut each: impl FnMut(&[u8]) -> Result<(), RuntimeError>,
 ) -> Result<(u64, String), RuntimeError> {
     let mut h = Sha256::new();
-    let mut buf = vec![0u8; CHUNK];
+    let mut buf = buffer_for(len);
     let mut size = 0u64;
     loop {
         if cancel.is_cancelled() {
@@ -204,7 +215,7 @@ pub(super) fn copy_file(
         .create_new(true)
         .open(to)
         .map_err(|e| io(to, e))?;
-    let (size, sha256) = read_hashing(&mut r, from, cancel, |chunk| {
+    let (size, sha256) = read_hashing(&mut r, meta.len(), from, cancel, |chunk| {
         w.write_all(chunk).map_err(|e| io(to, e))?;
         throttle.account(chunk.len());
         Ok(())

@@ -43,9 +43,10 @@ use crate::config::DirSection;
 use files::*;
 pub use files::{Entry, Manifest, manifest};
 
-/// Copy and hash buffer size; cancellation and the bandwidth limit are
-/// checked per chunk. Small on purpose: each parallel move holds one, and
-/// the node agent's memory is counted on every node host.
+/// Largest copy and hash buffer (a smaller file gets one its size);
+/// cancellation and the bandwidth limit are checked per chunk. Small on
+/// purpose: each parallel move holds one, and the node agent's memory is
+/// counted on every node host.
 const CHUNK: usize = 32 * 1024;
 /// Prefix of a copy in progress at the target.
 pub const INCOMING_PREFIX: &str = ".incoming-";

@@ -188,3 +188,24 @@ fn throttle_limits_bandwidth() {
     t.account(200_000);
     assert!(start.elapsed() >= Duration::from_millis(190));
 }
+
+#[test]
+fn a_file_is_read_with_a_buffer_its_size() {
+    assert_eq!(buffer_for(0).len(), 4096);
+    assert_eq!(buffer_for(10_000).len(), 10_001);
+    assert_eq!(buffer_for(300_000).len(), CHUNK);
+    assert_eq!(buffer_for(u64::MAX).len(), CHUNK);
+    // A file longer than it was when its length was taken is read whole.
+    let d = tempfile::tempdir().unwrap();
+    let path = d.path().join("grown");
+    fs::write(&path, vec![3u8; 50_000]).unwrap();
+    let mut f = fs::File::open(&path).unwrap();
+    let mut seen = 0;
+    let (size, sha) = read_hashing(&mut f, 10, &path, &CancellationToken::new(), |c| {
+        seen += c.len();
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!((size, seen), (50_000, 50_000));
+    assert_eq!(sha, hash_file(&path, &CancellationToken::new()).unwrap().1);
+}
