@@ -57,7 +57,7 @@ pub struct StoredEvent {
 
 /// An event body kept as its JSON text. A finished entry stays in memory for
 /// the whole retention window, and the tree of a 100-gear evacuation result
-/// takes several times the bytes of its text (about 63 KB against 9 KB).
+/// takes several times the bytes of its text (about 63 KB against 8 KB).
 /// On disk it is the body itself, as any JSON value was before.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(transparent)]
